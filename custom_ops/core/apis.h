@@ -1,0 +1,10 @@
+// The core's public face: everything the Paddle adapter and the native harness may use.
+// No Paddle, no CUDA runtime headers: plain types, Status returns.
+#pragma once
+
+#include "backend.h"
+#include "device.h"
+#include "region.h"
+#include "seq_cache.h"
+#include "stats.h"
+#include "status.h"

@@ -1,0 +1,14 @@
+// The CUDA Backend (cuda_backend.cc): CUDA's virtual-memory-management driver API behind Backend.
+// Only in builds with PADDLE_VTENSOR_WITH_CUDA; get_backend (host_backend.cc) calls it.
+#pragma once
+
+#include "backend.h"
+
+namespace pvt {
+
+// The process-wide backend of CUDA device `ordinal`, created on first call and never destroyed
+// (later calls return the same object). kInvalidArgument for an ordinal with no device,
+// kUnsupported when the device has no virtual memory management, kDriver when the driver fails.
+Status make_cuda_backend(int ordinal, Backend** out);
+
+}  // namespace pvt

@@ -1,0 +1,149 @@
+#include "seq_cache.h"
+
+#include <iterator>
+#include <string>
+
+#include "stats.h"
+
+namespace pvt {
+namespace {
+
+// Registry of live caches by base address, so a raw pointer can be traced back to its cache.
+// Leaked on purpose: caches may die during static destruction at interpreter exit.
+std::mutex& registry_mutex() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+std::map<const char*, std::weak_ptr<SeqMajorCache>>& registry() {
+  static auto* r = new std::map<const char*, std::weak_ptr<SeqMajorCache>>();
+  return *r;
+}
+
+}  // namespace
+
+Status SeqMajorCache::create(Device device, const CacheShape& shape, const CacheConfig& config,
+                             std::shared_ptr<SeqMajorCache>* out) {
+  if (shape.batch <= 0 || shape.heads <= 0 || shape.head_dim <= 0) {
+    return Status(Code::kInvalidArgument,
+                  "cache shape must be positive, got batch=" + std::to_string(shape.batch) +
+                      " heads=" + std::to_string(shape.heads) +
+                      " head_dim=" + std::to_string(shape.head_dim));
+  }
+  if (shape.elem_bytes != 2 && shape.elem_bytes != 4) {
+    return Status(Code::kInvalidArgument,
+                  "element size must be 2 or 4 bytes, got " + std::to_string(shape.elem_bytes));
+  }
+  if (config.capacity_tokens <= 0) {
+    return Status(Code::kInvalidArgument, "capacity must be at least one token, got " +
+                                              std::to_string(config.capacity_tokens));
+  }
+  const size_t bytes = static_cast<size_t>(config.capacity_tokens) * shape.token_bytes();
+  std::unique_ptr<Region> region;
+  PVT_RETURN_IF_ERROR(Region::create(
+      device, bytes, config.chunk_bytes ? config.chunk_bytes : kDefaultChunkBytes, &region));
+  // Rounding the reservation up to whole chunks may leave room for a few more tokens; use it.
+  const int64_t capacity = static_cast<int64_t>(region->reserved_bytes() / shape.token_bytes());
+  out->reset(new SeqMajorCache(shape, capacity, std::move(region)));
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry()[(*out)->data()] = *out;
+  return Status::Ok();
+}
+
+SeqMajorCache::~SeqMajorCache() {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry().erase(region_->base());
+}
+
+std::shared_ptr<SeqMajorCache> SeqMajorCache::find(const void* ptr) {
+  const char* p = static_cast<const char*>(ptr);
+  std::shared_ptr<SeqMajorCache> cache;  // outlives the lock: its destructor takes the same mutex
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    auto it = registry().upper_bound(p);
+    if (it == registry().begin()) return nullptr;
+    cache = std::prev(it)->second.lock();
+  }
+  if (cache && p < cache->data() + cache->reserved_bytes()) return cache;
+  return nullptr;
+}
+
+SeqMajorCache::SeqMajorCache(CacheShape shape, int64_t capacity_tokens, std::unique_ptr<Region> region)
+    : shape_(shape), capacity_tokens_(capacity_tokens), region_(std::move(region)) {}
+
+size_t SeqMajorCache::mapped_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return region_->mapped_bytes();
+}
+
+int64_t SeqMajorCache::longest_locked() const {
+  return views_.empty() ? 0 : views_.rbegin()->first;
+}
+
+int64_t SeqMajorCache::longest_view() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return longest_locked();
+}
+
+int64_t SeqMajorCache::live_views() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const auto& kv : views_) n += kv.second;
+  return n;
+}
+
+Status SeqMajorCache::reserve_locked(int64_t end, void* stream) {
+  if (end < 0 || end > capacity_tokens_) {
+    return Status(Code::kOutOfRange,
+                  "cache needs " + std::to_string(end) + " tokens but its reservation holds " +
+                      std::to_string(capacity_tokens_) +
+                      " (raise max_seq_len when the cache is created)");
+  }
+  region_->set_stream(stream);
+  return region_->ensure_mapped(static_cast<size_t>(end) * shape_.token_bytes());
+}
+
+Status SeqMajorCache::reserve_tokens(int64_t end, void* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reserve_locked(end, stream);
+}
+
+bool SeqMajorCache::write_allowed(int64_t pos) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pos >= longest_locked();
+}
+
+Status SeqMajorCache::begin_append(int64_t pos, int64_t count, void* stream) {
+  if (pos < 0 || count <= 0) {
+    return Status(Code::kInvalidArgument, "append of " + std::to_string(count) +
+                                              " tokens at position " + std::to_string(pos));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pos < longest_locked()) {
+    return Status(Code::kConflict,
+                  "position " + std::to_string(pos) + " is seen by a live view of length " +
+                      std::to_string(longest_locked()) + "; the caller must copy first");
+  }
+  PVT_RETURN_IF_ERROR(reserve_locked(pos + count, stream));
+  views_[pos + count] += 1;
+  stats_detail::add_views(device(), 1);
+  return Status::Ok();
+}
+
+void SeqMajorCache::add_view(int64_t length) {
+  std::lock_guard<std::mutex> lock(mu_);
+  views_[length] += 1;
+  stats_detail::add_views(device(), 1);
+}
+
+void SeqMajorCache::remove_view(int64_t length) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = views_.find(length);
+  if (it == views_.end()) return;  // unbalanced call: nothing to do, never unmap on a guess
+  if (--it->second == 0) views_.erase(it);
+  stats_detail::add_views(device(), -1);
+  // Chunks past the longest live view hold nothing any tensor can see; give them back. Failure
+  // only leaves memory mapped (visible in the stats), never a view pointing at unmapped memory.
+  (void)region_->release_from(static_cast<size_t>(longest_locked()) * shape_.token_bytes());
+}
+
+}  // namespace pvt

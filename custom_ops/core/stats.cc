@@ -1,0 +1,77 @@
+#include "stats.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+namespace pvt {
+namespace {
+
+std::mutex& stats_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// Leaked on purpose: regions may be destroyed during static destruction at interpreter exit.
+std::map<Device, MemoryStats>& table() {
+  static auto* t = new std::map<Device, MemoryStats>();
+  return *t;
+}
+
+}  // namespace
+
+MemoryStats memory_stats(Device device) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  return table()[device];
+}
+
+void set_mapped_limit(Device device, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  table()[device].mapped_limit = bytes < 0 ? 0 : bytes;
+}
+
+void reset_peak_mapped(Device device) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  auto& s = table()[device];
+  s.peak_mapped_bytes = s.mapped_bytes;
+}
+
+namespace stats_detail {
+
+bool try_add_mapped(Device device, int64_t delta) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  auto& s = table()[device];
+  if (delta > 0 && s.mapped_limit > 0 && s.mapped_bytes + delta > s.mapped_limit) return false;
+  s.mapped_bytes += delta;
+  s.peak_mapped_bytes = std::max(s.peak_mapped_bytes, s.mapped_bytes);
+  return true;
+}
+
+void add_mapped(Device device, int64_t delta) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  auto& s = table()[device];
+  s.mapped_bytes += delta;
+  s.peak_mapped_bytes = std::max(s.peak_mapped_bytes, s.mapped_bytes);
+}
+
+void add_reserved(Device device, int64_t delta, int64_t regions_delta) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  auto& s = table()[device];
+  s.reserved_bytes += delta;
+  s.live_regions += regions_delta;
+}
+
+void add_views(Device device, int64_t delta) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  table()[device].live_vtensors += delta;
+}
+
+void add_calls(Device device, int64_t maps, int64_t unmaps) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  auto& s = table()[device];
+  s.map_calls += maps;
+  s.unmap_calls += unmaps;
+}
+
+}  // namespace stats_detail
+}  // namespace pvt

@@ -1,0 +1,36 @@
+// Per-device counters, updated by Region and SeqMajorCache; read by memory_stats() and the harness.
+#pragma once
+
+#include <cstdint>
+
+#include "device.h"
+
+namespace pvt {
+
+struct MemoryStats {
+  int64_t reserved_bytes = 0;     // virtual address space held by live regions
+  int64_t mapped_bytes = 0;       // physical memory currently mapped
+  int64_t peak_mapped_bytes = 0;  // high-water mark of mapped_bytes since start (or reset)
+  int64_t live_regions = 0;       // live reservations (one per cache)
+  int64_t live_vtensors = 0;      // live tensors (views) backed by a cache
+  int64_t map_calls = 0;          // chunks mapped since start
+  int64_t unmap_calls = 0;        // chunks unmapped since start
+  int64_t mapped_limit = 0;       // 0: no limit; else mapping past it fails with kOutOfMemory
+};
+
+MemoryStats memory_stats(Device device);
+// Cap on mapped_bytes for `device` (0 removes the cap). Lets users bound the cache's footprint, and
+// lets tests provoke kOutOfMemory without exhausting the machine.
+void set_mapped_limit(Device device, int64_t bytes);
+void reset_peak_mapped(Device device);
+
+namespace stats_detail {
+// Returns false (and changes nothing) when `delta` would pass the mapped limit.
+bool try_add_mapped(Device device, int64_t delta);
+void add_mapped(Device device, int64_t delta);  // unconditional; negative on unmap
+void add_reserved(Device device, int64_t delta, int64_t regions_delta);
+void add_views(Device device, int64_t delta);
+void add_calls(Device device, int64_t maps, int64_t unmaps);
+}  // namespace stats_detail
+
+}  // namespace pvt

@@ -1,0 +1,42 @@
+// Plain C entry points for what is not a tensor op (stats, limits, pointer lookup). Python reaches
+// them with ctypes on the same shared library that holds the ops, so both see one registry.
+#include <cstdint>
+
+#include "../core/apis.h"
+
+namespace {
+pvt::Device device_of(int kind, int index) {
+  return kind == 1 ? pvt::Device::cuda(index) : pvt::Device::host();
+}
+}  // namespace
+
+extern "C" {
+
+// Fills out[0..7] with reserved, mapped, peak_mapped, live_regions, live_vtensors, map_calls,
+// unmap_calls, mapped_limit (the order of pvt::MemoryStats).
+void pvt_memory_stats(int kind, int index, int64_t* out) {
+  const pvt::MemoryStats s = pvt::memory_stats(device_of(kind, index));
+  const int64_t v[8] = {s.reserved_bytes, s.mapped_bytes,  s.peak_mapped_bytes, s.live_regions,
+                        s.live_vtensors,  s.map_calls,     s.unmap_calls,       s.mapped_limit};
+  for (int i = 0; i < 8; ++i) out[i] = v[i];
+}
+
+void pvt_set_mapped_limit(int kind, int index, int64_t bytes) {
+  pvt::set_mapped_limit(device_of(kind, index), bytes);
+}
+
+void pvt_reset_peak_mapped(int kind, int index) { pvt::reset_peak_mapped(device_of(kind, index)); }
+
+// Describes the cache whose reservation holds `ptr`: returns 0 if none, else 1 and fills
+// out[0..5] = batch, heads, head_dim, elem_bytes, capacity_tokens, longest live view.
+int pvt_find_cache(const void* ptr, int64_t* out) {
+  auto cache = pvt::SeqMajorCache::find(ptr);
+  if (!cache) return 0;
+  const pvt::CacheShape& s = cache->shape();
+  const int64_t v[6] = {s.batch, s.heads, s.head_dim, s.elem_bytes, cache->capacity_tokens(),
+                        cache->longest_view()};
+  for (int i = 0; i < 6; ++i) out[i] = v[i];
+  return 1;
+}
+
+}  // extern "C"

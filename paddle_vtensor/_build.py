@@ -1,0 +1,57 @@
+"""Where the extension's sources are and how to compile them: shared by setup_ops.py and the
+just-in-time build in _ops.py, so the two can never disagree on sources or flags."""
+from __future__ import annotations
+
+import glob
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXTENSION_NAME = "paddle_vtensor_ops"
+
+
+def with_cuda() -> bool:
+    """CUDA kernels are compiled when the installed paddle is (the GPU build)."""
+    import paddle
+
+    return bool(paddle.is_compiled_with_cuda())
+
+
+def sources(cuda: bool) -> list[str]:
+    """Every C++ source of the extension, collected by pattern (core, kernels, adapter, passes)."""
+    patterns = ["custom_ops/core/*.cc", "custom_ops/kernels/*.cc", "custom_ops/paddle/*.cc", "passes/*.cc"]
+    if cuda:
+        patterns.append("custom_ops/kernels/*.cu")
+    found: list[str] = []
+    for pattern in patterns:
+        found += sorted(glob.glob(os.path.join(ROOT, pattern)))
+    return found
+
+
+def cxx_flags(cuda: bool) -> list[str]:
+    flags = ["-O2", "-std=c++17", "-Wno-unused-parameter"]
+    return flags + (["-DPADDLE_VTENSOR_WITH_CUDA"] if cuda else [])
+
+
+def nvcc_flags() -> list[str]:
+    return ["-O2", "-std=c++17", "-DPADDLE_VTENSOR_WITH_CUDA"]
+
+
+def ld_flags(cuda: bool) -> list[str]:
+    return ["-lcuda"] if cuda else []
+
+
+def source_digest(cuda: bool) -> str:
+    """A hash of every source and header, so a just-in-time build is redone when any changes."""
+    import hashlib
+
+    h = hashlib.sha256(b"cuda" if cuda else b"cpu")
+    files = sources(cuda) + sorted(glob.glob(os.path.join(ROOT, "custom_ops", "**", "*.h"), recursive=True))
+    files += sorted(glob.glob(os.path.join(ROOT, "passes", "*.h")))
+    for path in files:
+        h.update(os.path.relpath(path, ROOT).encode())
+        with open(path, "rb") as f:
+            h.update(f.read())
+    import paddle
+
+    h.update(paddle.__version__.encode())
+    return h.hexdigest()[:16]

@@ -1,0 +1,89 @@
+"""Loads the compiled ops once: the installed extension (setup_ops.py) if present and current,
+else a just-in-time build of the sources next to this package into a per-user cache."""
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import importlib
+import os
+
+import types
+
+from . import _build
+
+
+def _cache_dir() -> str:
+    base = os.environ.get("PADDLE_VTENSOR_BUILD_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "paddle_vtensor"
+    )
+    return base
+
+
+def _jit_build() -> tuple[types.ModuleType, str]:
+    from paddle.utils import cpp_extension
+
+    cuda = _build.with_cuda()
+    build_dir = os.path.join(_cache_dir(), _build.source_digest(cuda))
+    os.makedirs(build_dir, exist_ok=True)
+    module = cpp_extension.load(
+        name=_build.EXTENSION_NAME,
+        sources=_build.sources(cuda),
+        extra_cxx_cflags=_build.cxx_flags(cuda),
+        extra_cuda_cflags=_build.nvcc_flags(),
+        extra_ldflags=_build.ld_flags(cuda),
+        build_directory=build_dir,
+        verbose=bool(os.environ.get("PADDLE_VTENSOR_VERBOSE_BUILD")),
+    )
+    return module, _find_library(build_dir)
+
+
+def _find_library(folder: str) -> str:
+    hits = sorted(glob.glob(os.path.join(folder, "**", _build.EXTENSION_NAME + "*.so"), recursive=True))
+    if not hits:
+        raise RuntimeError(f"paddle_vtensor: built ops but found no {_build.EXTENSION_NAME}*.so under {folder}")
+    return hits[0]
+
+
+def _installed() -> tuple[types.ModuleType, str] | None:
+    """The extension installed by setup_ops.py, if there is one (and we are not in a source tree
+    whose sources differ from it: PADDLE_VTENSOR_JIT=1 forces the just-in-time build)."""
+    if os.environ.get("PADDLE_VTENSOR_JIT") == "1":
+        return None
+    try:
+        module = importlib.import_module(_build.EXTENSION_NAME)
+    except ImportError:
+        return None
+    folder = os.path.dirname(os.path.abspath(getattr(module, "__file__", "") or "."))
+    try:
+        return module, _find_library(folder)
+    except RuntimeError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def load() -> tuple[types.ModuleType, ctypes.CDLL]:
+    """(op module, the same library through ctypes for the C entry points)."""
+    found = _installed() or _jit_build()
+    module, so_path = found
+    lib = ctypes.CDLL(so_path)
+    lib.pvt_memory_stats.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
+    lib.pvt_memory_stats.restype = None
+    lib.pvt_set_mapped_limit.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64]
+    lib.pvt_set_mapped_limit.restype = None
+    lib.pvt_reset_peak_mapped.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.pvt_reset_peak_mapped.restype = None
+    lib.pvt_find_cache.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
+    lib.pvt_find_cache.restype = ctypes.c_int
+    return module, lib
+
+
+def ops() -> types.ModuleType:
+    return load()[0]
+
+
+def lib() -> ctypes.CDLL:
+    return load()[1]
+
+
+__all__ = ["load", "ops", "lib"]
