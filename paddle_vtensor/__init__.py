@@ -7,6 +7,9 @@
 """
 from .api import (
     Config,
+    ReservationFullError,
+    VTensorError,
+    VTensorOutOfMemoryError,
     append,
     configure,
     from_dense,
@@ -23,6 +26,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Config",
+    "ReservationFullError",
+    "VTensorError",
+    "VTensorOutOfMemoryError",
     "append",
     "configure",
     "from_dense",

@@ -28,7 +28,8 @@ def sources(cuda: bool) -> list[str]:
 
 
 def cxx_flags(cuda: bool) -> list[str]:
-    flags = ["-O2", "-std=c++17", "-Wno-unused-parameter"]
+    # The digest is compiled in (c_api.cc) so an installed build can be matched against the sources.
+    flags = ["-O2", "-std=c++17", "-Wno-unused-parameter", f"-DPVT_SOURCE_DIGEST=d{source_digest(cuda)}"]
     return flags + (["-DPADDLE_VTENSOR_WITH_CUDA"] if cuda else [])
 
 

@@ -3,6 +3,7 @@ else a just-in-time build of the sources next to this package into a per-user ca
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import functools
 import glob
 import importlib
@@ -26,7 +27,15 @@ def _jit_build() -> tuple[types.ModuleType, str]:
     cuda = _build.with_cuda()
     build_dir = os.path.join(_cache_dir(), _build.source_digest(cuda))
     os.makedirs(build_dir, exist_ok=True)
-    module = cpp_extension.load(
+    # Processes building the same sources at once would overwrite each other's objects.
+    with open(os.path.join(build_dir, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        module = _load(cpp_extension, cuda, build_dir)
+    return module, _find_library(build_dir)
+
+
+def _load(cpp_extension, cuda: bool, build_dir: str) -> types.ModuleType:
+    return cpp_extension.load(
         name=_build.EXTENSION_NAME,
         sources=_build.sources(cuda),
         extra_cxx_cflags=_build.cxx_flags(cuda),
@@ -35,7 +44,6 @@ def _jit_build() -> tuple[types.ModuleType, str]:
         build_directory=build_dir,
         verbose=bool(os.environ.get("PADDLE_VTENSOR_VERBOSE_BUILD")),
     )
-    return module, _find_library(build_dir)
 
 
 def _find_library(folder: str) -> str:
@@ -46,19 +54,14 @@ def _find_library(folder: str) -> str:
 
 
 def _installed() -> tuple[types.ModuleType, str] | None:
-    """The extension installed by setup_ops.py, if there is one (and we are not in a source tree
-    whose sources differ from it: PADDLE_VTENSOR_JIT=1 forces the just-in-time build)."""
-    if os.environ.get("PADDLE_VTENSOR_JIT") == "1":
+    """The extension installed by setup_ops.py, when it was built from these sources.
+    PADDLE_VTENSOR_JIT=1 forces the just-in-time build."""
+    from . import _installed_check
+
+    if os.environ.get("PADDLE_VTENSOR_JIT") == "1" or not _installed_check.installed_is_current():
         return None
-    try:
-        module = importlib.import_module(_build.EXTENSION_NAME)
-    except ImportError:
-        return None
-    folder = os.path.dirname(os.path.abspath(getattr(module, "__file__", "") or "."))
-    try:
-        return module, _find_library(folder)
-    except RuntimeError:
-        return None
+    path = _installed_check.installed_library()
+    return importlib.import_module(_build.EXTENSION_NAME), path
 
 
 @functools.lru_cache(maxsize=None)

@@ -17,6 +17,31 @@ import paddle
 
 from . import _ops
 
+class VTensorError(RuntimeError):
+    """An op refused a call; the message names the op and the problem. The cache is unchanged."""
+
+
+class ReservationFullError(VTensorError):
+    """The append needs more tokens than the cache's reservation (max_seq_len) holds."""
+
+
+class VTensorOutOfMemoryError(VTensorError, MemoryError):
+    """Physical memory (or the limit set with set_mapped_limit) ran out while mapping."""
+
+
+_ERRORS = {"OutOfRange": ReservationFullError, "OutOfMemory": VTensorOutOfMemoryError}
+
+
+def _run(op: str, *args):
+    """Run a raw op, turning Paddle's OSError wrapper of our C++ errors into typed exceptions."""
+    try:
+        return getattr(_ops.ops(), op)(*args)
+    except OSError as e:  # PD_THROW surfaces as OSError; its first line is "<op>: <Code>: <why>"
+        text = str(e).strip().splitlines()[0].strip() if str(e).strip() else repr(e)
+        code = text.split(": ")[1] if text.count(": ") >= 2 else ""
+        raise _ERRORS.get(code, VTensorError)(text) from None
+
+
 _PERM = [1, 0, 2, 3]  # logical [B, S, H, D] <-> storage [S, B, H, D]; a free view either way
 
 
@@ -84,7 +109,7 @@ def from_dense(x: paddle.Tensor, max_seq_len: int | None = None, chunk_bytes: in
     """
     _check_rank4(x, "x", "from_dense")
     m, c = _attrs(max_seq_len, chunk_bytes)
-    return _logical(_ops.ops().vtensor_from_dense(x, m, c))
+    return _logical(_run("vtensor_from_dense", x, m, c))
 
 
 def _prepare_cache(cache: paddle.Tensor, op: str, m: int, c: int) -> paddle.Tensor:
@@ -93,7 +118,7 @@ def _prepare_cache(cache: paddle.Tensor, op: str, m: int, c: int) -> paddle.Tens
     storage = storage_view(cache)
     if is_vtensor(cache) and storage.is_contiguous():
         return storage
-    return _ops.ops().vtensor_from_dense(cache.contiguous(), m, c)
+    return _run("vtensor_from_dense", cache.contiguous(), m, c)
 
 
 def append(cache: paddle.Tensor, tokens: paddle.Tensor, max_seq_len: int | None = None,
@@ -101,15 +126,15 @@ def append(cache: paddle.Tensor, tokens: paddle.Tensor, max_seq_len: int | None 
     """Append ``tokens`` ``[B, T, H, D]`` (T >= 1) to ``cache`` ``[B, S, H, D]``.
 
     Returns the VTensor ``[B, S + T, H, D]``. A cache that is not a VTensor is first copied into one
-    whose reservation holds ``max(max_seq_len, S + T)`` tokens. Raises ValueError (or RuntimeError
-    from the op, naming the problem) and leaves the cache unchanged on any bad input, when the
-    reservation is full, or when physical memory runs out.
+    whose reservation holds ``max(max_seq_len, S + T)`` tokens. Raises ValueError for a bad input,
+    ReservationFullError past the reservation, VTensorOutOfMemoryError when physical memory runs
+    out; the cache is unchanged in every case.
     """
     _check_rank4(cache, "cache", "append")
     _check_rank4(tokens, "tokens", "append")
     m, c = _attrs(max_seq_len, chunk_bytes)
     _check_match(cache, tokens, "vtensor_append")
-    return _logical(_ops.ops().vtensor_append(_prepare_cache(cache, "vtensor_append", m, c), tokens, m, c))
+    return _logical(_run("vtensor_append", _prepare_cache(cache, "vtensor_append", m, c), tokens, m, c))
 
 
 def reserve_one_token(cache: paddle.Tensor, token: paddle.Tensor, max_seq_len: int | None = None,
@@ -123,7 +148,7 @@ def reserve_one_token(cache: paddle.Tensor, token: paddle.Tensor, max_seq_len: i
     m, c = _attrs(max_seq_len, chunk_bytes)
     _check_match(cache, token, "vtensor_reserve_one_token")
     storage = _prepare_cache(cache, "vtensor_reserve_one_token", m, c)
-    return _logical(_ops.ops().vtensor_reserve_one_token(storage, token, m, c))
+    return _logical(_run("vtensor_reserve_one_token", storage, token, m, c))
 
 
 def truncate(cache: paddle.Tensor, seq_len: int) -> paddle.Tensor:
@@ -138,7 +163,7 @@ def truncate(cache: paddle.Tensor, seq_len: int) -> paddle.Tensor:
     seq_len = int(seq_len)
     if not 0 <= seq_len <= cache.shape[1]:
         raise ValueError(f"truncate: seq_len must be in [0, {cache.shape[1]}] (the cache's current length), got {seq_len}")
-    return _logical(_ops.ops().vtensor_truncate(storage_view(cache), seq_len))
+    return _logical(_run("vtensor_truncate", storage_view(cache), seq_len))
 
 
 def _check_match(cache: paddle.Tensor, tokens: paddle.Tensor, op: str) -> None:

@@ -34,8 +34,10 @@ Region::Region(Backend* backend, char* base, size_t chunk_bytes, size_t num_chun
       handles_(num_chunks, 0) {}
 
 Region::~Region() {
-  // Errors cannot propagate from a destructor; the stats still show anything left mapped.
-  (void)unmap_range(0, reserved_bytes());
+  // Errors cannot propagate from a destructor: try every chunk; the stats show anything left mapped.
+  for (size_t c = 0; c < high_; ++c) {
+    if (mapped_[c]) (void)unmap_range(c * chunk_bytes_, chunk_bytes_);
+  }
   if (backend_->free_reservation(base_, reserved_bytes()).ok()) {
     stats_detail::add_reserved(device(), -static_cast<int64_t>(reserved_bytes()), -1);
   }
@@ -66,6 +68,20 @@ Status Region::check_range(size_t offset, size_t bytes, const char* what) const 
   return Status::Ok();
 }
 
+void Region::mark(size_t chunk, bool mapped, PhysHandle handle) {
+  mapped_[chunk] = mapped;
+  handles_[chunk] = handle;
+  if (mapped) {
+    ++num_mapped_;
+    if (chunk + 1 > high_) high_ = chunk + 1;
+    while (prefix_ < mapped_.size() && mapped_[prefix_]) ++prefix_;
+  } else {
+    --num_mapped_;
+    if (chunk < prefix_) prefix_ = chunk;
+    while (high_ > 0 && !mapped_[high_ - 1]) --high_;
+  }
+}
+
 Status Region::map_range(size_t offset, size_t bytes) {
   PVT_RETURN_IF_ERROR(check_range(offset, bytes, "map_range"));
   const size_t first = offset / chunk_bytes_, last = (offset + bytes) / chunk_bytes_;
@@ -82,13 +98,13 @@ Status Region::map_range(size_t offset, size_t bytes) {
                           std::to_string(s.mapped_bytes) + " mapped)");
       break;
     }
-    status = backend_->map(base_ + c * chunk_bytes_, chunk_bytes_, &handles_[c]);
+    PhysHandle handle = 0;
+    status = backend_->map(base_ + c * chunk_bytes_, chunk_bytes_, &handle);
     if (!status.ok()) {
       stats_detail::add_mapped(device(), -static_cast<int64_t>(chunk_bytes_));
       break;
     }
-    mapped_[c] = true;
-    ++num_mapped_;
+    mark(c, true, handle);
     stats_detail::add_calls(device(), 1, 0);
     done.push_back(c);
   }
@@ -96,8 +112,7 @@ Status Region::map_range(size_t offset, size_t bytes) {
     // All or nothing: give back what this call mapped. Nothing was written to those chunks yet.
     for (size_t c : done) {
       if (backend_->unmap(base_ + c * chunk_bytes_, chunk_bytes_, handles_[c], last_stream_).ok()) {
-        mapped_[c] = false;
-        --num_mapped_;
+        mark(c, false, 0);
         stats_detail::add_mapped(device(), -static_cast<int64_t>(chunk_bytes_));
         stats_detail::add_calls(device(), 0, 1);
       }
@@ -112,9 +127,7 @@ Status Region::unmap_range(size_t offset, size_t bytes) {
   for (size_t c = first; c < last; ++c) {
     if (!mapped_[c]) continue;
     PVT_RETURN_IF_ERROR(backend_->unmap(base_ + c * chunk_bytes_, chunk_bytes_, handles_[c], last_stream_));
-    mapped_[c] = false;
-    handles_[c] = 0;
-    --num_mapped_;
+    mark(c, false, 0);
     stats_detail::add_mapped(device(), -static_cast<int64_t>(chunk_bytes_));
     stats_detail::add_calls(device(), 0, 1);
   }
@@ -127,13 +140,15 @@ Status Region::ensure_mapped(size_t end) {
                                          " bytes is past the reservation of " +
                                          std::to_string(reserved_bytes()) + " bytes");
   }
-  return map_range(0, round_up(end));
+  const size_t need = round_up(end);
+  if (need <= prefix_ * chunk_bytes_) return Status::Ok();  // the common decode step: nothing to map
+  return map_range(prefix_ * chunk_bytes_, need - prefix_ * chunk_bytes_);
 }
 
 Status Region::release_from(size_t end) {
   const size_t from = round_up(end);
-  if (from >= reserved_bytes()) return Status::Ok();
-  return unmap_range(from, reserved_bytes() - from);
+  if (from >= high_ * chunk_bytes_) return Status::Ok();  // nothing mapped past `end`
+  return unmap_range(from, high_ * chunk_bytes_ - from);
 }
 
 }  // namespace pvt

@@ -48,6 +48,7 @@ class Region {
  private:
   Region(Backend* backend, char* base, size_t chunk_bytes, size_t num_chunks);
   Status check_range(size_t offset, size_t bytes, const char* what) const;
+  void mark(size_t chunk, bool mapped, PhysHandle handle);
 
   Backend* backend_;
   char* base_;
@@ -55,6 +56,10 @@ class Region {
   std::vector<bool> mapped_;
   std::vector<PhysHandle> handles_;
   size_t num_mapped_ = 0;
+  // Chunks [0, prefix_) are all mapped and none at or past high_ is: a growing tail costs
+  // O(new chunks) per call instead of a scan of the whole reservation.
+  size_t prefix_ = 0;
+  size_t high_ = 0;
   void* last_stream_ = nullptr;
 };
 

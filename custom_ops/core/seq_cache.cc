@@ -41,9 +41,9 @@ Status SeqMajorCache::create(Device device, const CacheShape& shape, const Cache
   std::unique_ptr<Region> region;
   PVT_RETURN_IF_ERROR(Region::create(
       device, bytes, config.chunk_bytes ? config.chunk_bytes : kDefaultChunkBytes, &region));
-  // Rounding the reservation up to whole chunks may leave room for a few more tokens; use it.
-  const int64_t capacity = static_cast<int64_t>(region->reserved_bytes() / shape.token_bytes());
-  out->reset(new SeqMajorCache(shape, capacity, std::move(region)));
+  // The reservation is rounded up to whole chunks, but the capacity stays what was asked for, so
+  // "past the reservation" means past max_seq_len, whatever the chunk size.
+  out->reset(new SeqMajorCache(shape, config.capacity_tokens, std::move(region)));
   std::lock_guard<std::mutex> lock(registry_mutex());
   registry()[(*out)->data()] = *out;
   return Status::Ok();

@@ -7,12 +7,12 @@
 namespace pvt {
 namespace {
 
+// Leaked on purpose, like the table: regions may be destroyed during static destruction at exit.
 std::mutex& stats_mutex() {
-  static std::mutex mu;
-  return mu;
+  static auto* mu = new std::mutex();
+  return *mu;
 }
 
-// Leaked on purpose: regions may be destroyed during static destruction at interpreter exit.
 std::map<Device, MemoryStats>& table() {
   static auto* t = new std::map<Device, MemoryStats>();
   return *t;

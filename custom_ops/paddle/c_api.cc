@@ -4,6 +4,16 @@
 
 #include "../core/apis.h"
 
+// The hash of the sources this library was built from (paddle_vtensor/_build.py passes it), kept
+// as a plain string in the binary so Python can compare it without loading the library.
+#ifndef PVT_SOURCE_DIGEST
+#define PVT_SOURCE_DIGEST unknown
+#endif
+#define PVT_STRINGIFY2(x) #x
+#define PVT_STRINGIFY(x) PVT_STRINGIFY2(x)
+extern "C" __attribute__((used)) const char pvt_source_digest[] =
+    "PVT_SOURCE_DIGEST=" PVT_STRINGIFY(PVT_SOURCE_DIGEST) ";";
+
 namespace {
 pvt::Device device_of(int kind, int index) {
   return kind == 1 ? pvt::Device::cuda(index) : pvt::Device::host();

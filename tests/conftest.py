@@ -1,0 +1,47 @@
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import paddle  # noqa: E402
+
+paddle.set_device("cpu")
+
+DTYPES = ["float32", "float16", "bfloat16"]
+
+
+def to_np(x) -> np.ndarray:
+    """Exact float32 numpy copy of any float tensor (bfloat16 and float16 widen exactly)."""
+    return x.astype("float32").numpy()
+
+
+def rand(shape, dtype="float32", seed=None):
+    rng = np.random.default_rng(seed)
+    return paddle.to_tensor(rng.standard_normal(shape).astype("float32")).astype(dtype)
+
+
+@pytest.fixture(scope="session")
+def ops():
+    from paddle_vtensor import _ops
+
+    return _ops.ops()
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks():
+    """Every test must leave no VTensor memory behind once its tensors are gone."""
+    import gc
+
+    import paddle_vtensor as pvt
+
+    yield
+    gc.collect()
+    stats = pvt.memory_stats("cpu")
+    assert stats["live_vtensors"] == 0, stats
+    assert stats["mapped_bytes"] == 0, stats
+    assert stats["live_regions"] == 0, stats

@@ -1,0 +1,380 @@
+// Native GPU test of decode_attention_cuda against decode_attention_cpu (the reference), then its
+// bandwidth on a decode-shaped workload.
+//   Correctness: batch {1, 8} x heads {MHA 4/4, GQA 8/2, MQA 8/1} x S {1, 100, 4096} x
+//   {fp16, bf16, fp32}, head_dim 128; plus Tq > 1 (causal and masked), bool/float masks, other
+//   head dims (the 16-byte path with idle lanes, two chunks per lane, the scalar fallback), strided
+//   K/V, a K/V read straight from a SeqMajorCache (VM-mapped memory), and the error statuses.
+//   Bandwidth: context {1k, 4k, 16k, 64k} x batch {1, 8}, 32 heads x 128 head_dim fp16, K/V in
+//   SeqMajorCaches; bytes of K+V read / kernel time, next to a device-to-device copy's bandwidth.
+// Usage: test_decode_attention [--no-bench]. Prints PASS/FAIL lines, "info bench ..." lines, and
+// "N passed, M failed"; exits non-zero on any failure.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/apis.h"
+#include "harness.h"
+#include "kernels/append_tokens.h"
+#include "kernels/decode_attention.h"
+
+using namespace pvt;
+using pvt_test::Report;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+int64_t elem_bytes(ScalarType t) { return t == ScalarType::kFloat32 ? 4 : t == ScalarType::kBool ? 1 : 2; }
+
+// Host-side conversions from the CUDA headers: independent of the kernels' own.
+void put(std::vector<uint8_t>& buf, int64_t i, ScalarType t, float x) {
+  switch (t) {
+    case ScalarType::kFloat32: std::memcpy(buf.data() + i * 4, &x, 4); break;
+    case ScalarType::kFloat16: { __half h = __float2half(x); std::memcpy(buf.data() + i * 2, &h, 2); break; }
+    case ScalarType::kBFloat16: { __nv_bfloat16 h = __float2bfloat16(x); std::memcpy(buf.data() + i * 2, &h, 2); break; }
+    case ScalarType::kBool: buf[i] = x != 0.f; break;
+  }
+}
+
+float get(const std::vector<uint8_t>& buf, int64_t i, ScalarType t) {
+  switch (t) {
+    case ScalarType::kFloat32: { float x; std::memcpy(&x, buf.data() + i * 4, 4); return x; }
+    case ScalarType::kFloat16: { __half h; std::memcpy(&h, buf.data() + i * 2, 2); return __half2float(h); }
+    case ScalarType::kBFloat16: { __nv_bfloat16 h; std::memcpy(&h, buf.data() + i * 2, 2); return __bfloat162float(h); }
+    case ScalarType::kBool: return buf[i] ? 1.f : 0.f;
+  }
+  return 0.f;
+}
+
+float tolerance(ScalarType t) {
+  return t == ScalarType::kFloat32 ? 2e-5f : t == ScalarType::kFloat16 ? 2e-3f : 1.6e-2f;
+}
+
+// A device buffer that frees itself.
+struct DevBuf {
+  void* ptr = nullptr;
+  explicit DevBuf(size_t n) { if (cudaMalloc(&ptr, n ? n : 1) != cudaSuccess) ptr = nullptr; }
+  ~DevBuf() { if (ptr) cudaFree(ptr); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+struct Case {
+  std::string name;
+  int64_t B, Tq, Hq, Hkv, D, S;
+  ScalarType dtype;
+  ScalarType mask_type = ScalarType::kBool;
+  bool mask = false;        // [B, 1, Tq, S], random holes (never a whole row)
+  int64_t kv_pad = 0;       // extra elements after each head row of K/V (strided storage)
+  bool misalign = false;    // K/V start one element into the buffer: forces the scalar path
+};
+
+// Runs one case on both implementations; compares element by element.
+void run_case(Report& r, const Case& c, std::mt19937& rng, cudaStream_t stream) {
+  const int64_t eb = elem_bytes(c.dtype);
+  const int64_t Dp = c.D + c.kv_pad;  // K/V physical row
+  const int64_t off = c.misalign ? 1 : 0;
+  const int64_t q_n = c.B * c.Tq * c.Hq * c.D, kv_n = c.S * c.B * c.Hkv * Dp + off;
+  const int64_t out_n = q_n, mask_n = c.B * c.Tq * c.S;
+  std::uniform_real_distribution<float> U(-1.f, 1.f);
+  std::vector<uint8_t> q(q_n * eb), k(kv_n * eb), v(kv_n * eb), mask(mask_n * elem_bytes(c.mask_type));
+  for (int64_t i = 0; i < q_n; ++i) put(q, i, c.dtype, 2.f * U(rng));  // sharper softmax than U(-1,1)
+  for (int64_t i = 0; i < kv_n; ++i) { put(k, i, c.dtype, U(rng)); put(v, i, c.dtype, U(rng)); }
+  if (c.mask) {
+    std::bernoulli_distribution hole(0.3);
+    for (int64_t i = 0; i < mask_n; ++i) {
+      const bool keep = (i % c.S) == c.S - 1 || !hole(rng);  // the newest key always visible
+      put(mask, i, c.mask_type, c.mask_type == ScalarType::kBool ? (keep ? 1.f : 0.f) : (keep ? 0.f : -3.0e38f));
+    }
+  }
+
+  DecodeAttentionParams p;
+  p.batch = c.B; p.q_len = c.Tq; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.S;
+  p.dtype = c.dtype;
+  p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
+  const int64_t qs[4] = {c.Tq * c.Hq * c.D, c.Hq * c.D, c.D, 1};
+  const int64_t ks[4] = {c.B * c.Hkv * Dp, c.Hkv * Dp, Dp, 1};
+  std::copy(qs, qs + 4, p.q_stride);
+  std::copy(ks, ks + 4, p.k_stride);
+  std::copy(ks, ks + 4, p.v_stride);
+  std::copy(qs, qs + 4, p.out_stride);
+  const int64_t ms[4] = {c.Tq * c.S, 0, c.S, 1};
+  if (c.mask) {
+    p.mask_type = c.mask_type;
+    std::copy(ms, ms + 4, p.mask_stride);
+  }
+
+  // Reference on the host.
+  std::vector<uint8_t> ref(out_n * eb);
+  DecodeAttentionParams hp = p;
+  hp.q = q.data(); hp.k = k.data() + off * eb; hp.v = v.data() + off * eb; hp.out = ref.data();
+  hp.mask = c.mask ? mask.data() : nullptr;
+  if (!r.ok(decode_attention_cpu(hp), c.name + ".reference")) return;
+
+  DevBuf dq(q.size()), dk(k.size()), dv(v.size()), dout(ref.size()), dmask(mask.size());
+  if (!r.check(dq.ptr && dk.ptr && dv.ptr && dout.ptr && dmask.ptr, c.name + ".alloc")) return;
+  cudaMemcpy(dq.ptr, q.data(), q.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dk.ptr, k.data(), k.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dv.ptr, v.data(), v.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dmask.ptr, mask.data(), mask.size(), cudaMemcpyHostToDevice);
+  cudaMemset(dout.ptr, 0xff, ref.size());  // NaN fill: an unwritten output cannot pass
+  DecodeAttentionParams dp = p;
+  dp.q = dq.ptr; dp.k = static_cast<char*>(dk.ptr) + off * eb; dp.v = static_cast<char*>(dv.ptr) + off * eb;
+  dp.out = dout.ptr;
+  dp.mask = c.mask ? dmask.ptr : nullptr;
+  const size_t ws_bytes = decode_attention_cuda_workspace_bytes(dp);
+  DevBuf ws(ws_bytes);
+  dp.workspace = ws_bytes ? ws.ptr : nullptr;
+  dp.workspace_bytes = ws_bytes;
+  if (!r.ok(decode_attention_cuda(dp, stream), c.name + ".launch")) return;
+  const cudaError_t e = cudaStreamSynchronize(stream);
+  if (!r.check(e == cudaSuccess, c.name + ".sync", cudaGetErrorString(e))) return;
+  std::vector<uint8_t> got(ref.size());
+  cudaMemcpy(got.data(), dout.ptr, got.size(), cudaMemcpyDeviceToHost);
+
+  float worst = 0.f, ref_mag = 0.f;
+  int64_t worst_at = -1;
+  for (int64_t i = 0; i < out_n; ++i) {
+    const float a = get(got, i, c.dtype), b = get(ref, i, c.dtype);
+    const float err = std::isfinite(a) ? std::fabs(a - b) : INFINITY;
+    ref_mag = std::max(ref_mag, std::fabs(b));
+    if (!(err <= worst)) { worst = err; worst_at = i; }
+  }
+  const float tol = tolerance(c.dtype) * std::max(1.f, ref_mag);
+  char why[256];
+  std::snprintf(why, sizeof(why), "max |cuda - cpu| = %.3g at %lld (tolerance %.3g, max |ref| %.3g, splits ws %zu B)",
+                worst, static_cast<long long>(worst_at), tol, ref_mag, ws_bytes);
+  r.check(worst <= tol && ref_mag > 0.f, c.name, why);
+}
+
+const char* dname(ScalarType t) { return scalar_type_name(t); }
+
+void test_matrix(Report& r, std::mt19937& rng, cudaStream_t stream) {
+  struct Heads { const char* name; int64_t hq, hkv; };
+  const Heads heads[] = {{"mha", 4, 4}, {"gqa", 8, 2}, {"mqa", 8, 1}};
+  for (ScalarType dt : {ScalarType::kFloat16, ScalarType::kBFloat16, ScalarType::kFloat32})
+    for (int64_t B : {1, 8})
+      for (const Heads& h : heads)
+        for (int64_t S : {1, 100, 4096}) {
+          Case c{std::string("matrix.") + dname(dt) + ".b" + std::to_string(B) + "." + h.name + ".s" + std::to_string(S),
+                 B, 1, h.hq, h.hkv, 128, S, dt};
+          run_case(r, c, rng, stream);
+        }
+}
+
+void test_variants(Report& r, std::mt19937& rng, cudaStream_t stream) {
+  const ScalarType f16 = ScalarType::kFloat16, bf16 = ScalarType::kBFloat16, f32 = ScalarType::kFloat32;
+  std::vector<Case> cs = {
+      // Tq > 1: causal (no mask) and with a mask, one block of rows and several.
+      {"tq4.causal.fp16", 2, 4, 8, 2, 128, 300, f16},
+      {"tq4.causal.gqa8_rows32.bf16", 2, 4, 32, 4, 128, 1000, bf16},
+      {"tq3.mask_bool.fp32", 3, 3, 6, 3, 64, 77, f32, ScalarType::kBool, true},
+      {"tq1.mask_f32.fp16", 3, 1, 8, 8, 128, 2000, f16, ScalarType::kFloat32, true},
+      {"tq1.mask_same_dtype.bf16", 8, 1, 8, 2, 128, 513, bf16, ScalarType::kBFloat16, true},
+      {"tq5.mask_f16.fp16", 2, 5, 4, 1, 64, 70, f16, ScalarType::kFloat16, true},
+      {"tq_eq_s.causal.fp32", 2, 6, 4, 2, 32, 6, f32},
+      // Head dims: partial lane groups, two chunks per lane (fp32 > 128), scalar fallback.
+      {"d80.fp16", 2, 1, 4, 4, 80, 333, f16},
+      {"d64.bf16.gqa", 2, 1, 8, 2, 64, 4096, bf16},
+      {"d16.fp32", 3, 1, 4, 2, 16, 129, f32},
+      {"d256.fp32.gqa", 2, 1, 8, 2, 256, 700, f32},
+      {"d256.fp16", 1, 2, 4, 4, 256, 1500, f16},
+      {"d192.fp32", 1, 1, 2, 2, 192, 65, f32},
+      {"d33.fp32.fallback", 2, 1, 4, 2, 33, 150, f32},
+      {"d100.fp16.fallback", 2, 3, 4, 4, 100, 90, f16},
+      // Strided storage: padded rows (still 16-byte aligned), odd pad and misalignment (fallback).
+      {"pad8.fp16", 2, 1, 8, 4, 128, 400, f16, ScalarType::kBool, false, 8},
+      {"pad3.bf16.fallback", 2, 1, 4, 2, 64, 300, bf16, ScalarType::kBool, false, 3},
+      {"misaligned.fp32.fallback", 1, 1, 4, 4, 128, 5000, f32, ScalarType::kBool, false, 0, true},
+      // Long context, batch 1: many splits.
+      {"s65536.b1.fp16", 1, 1, 4, 4, 128, 65536, f16},
+  };
+  for (Case& c : cs) {
+    c.name = "variant." + c.name;
+    run_case(r, c, rng, stream);
+  }
+}
+
+// K/V that live in SeqMajorCaches (VM-mapped, filled by append_tokens_cuda), checked against the
+// host reference over the same tokens.
+void test_in_cache(Report& r, std::mt19937& rng, cudaStream_t stream) {
+  const int64_t B = 3, S = 777, Hq = 8, Hkv = 2, D = 128;
+  const ScalarType dt = ScalarType::kFloat16;
+  const CacheShape shape{B, Hkv, D, 2};
+  std::shared_ptr<SeqMajorCache> kc, vc;
+  if (!r.ok(SeqMajorCache::create(kGpu, shape, CacheConfig{4096, 0}, &kc), "cache.create_k")) return;
+  if (!r.ok(SeqMajorCache::create(kGpu, shape, CacheConfig{4096, 0}, &vc), "cache.create_v")) return;
+  std::uniform_real_distribution<float> U(-1.f, 1.f);
+  const int64_t n = B * S * Hkv * D, qn = B * Hq * D;
+  std::vector<uint8_t> k(n * 2), v(n * 2), q(qn * 2);  // k, v as [B, S, H, D] (what append takes)
+  for (int64_t i = 0; i < n; ++i) { put(k, i, dt, U(rng)); put(v, i, dt, U(rng)); }
+  for (int64_t i = 0; i < qn; ++i) put(q, i, dt, 2.f * U(rng));
+  DevBuf dk(k.size()), dv(v.size()), dq(q.size()), dout(q.size());
+  cudaMemcpy(dk.ptr, k.data(), k.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dv.ptr, v.data(), v.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dq.ptr, q.data(), q.size(), cudaMemcpyHostToDevice);
+  for (auto [cache, src] : {std::make_pair(kc.get(), dk.ptr), std::make_pair(vc.get(), dv.ptr)}) {
+    if (!r.ok(cache->begin_append(0, S, stream), "cache.begin_append")) return;
+    AppendParams a;
+    a.dst = cache->data(); a.src = src; a.batch = B; a.tokens = S; a.heads = Hkv; a.head_dim = D;
+    a.dst_pos = 0; a.elem_bytes = 2;
+    const int64_t st[4] = {S * Hkv * D, Hkv * D, D, 1};
+    std::copy(st, st + 4, a.src_stride);
+    if (!r.ok(append_tokens_cuda(a, stream), "cache.append")) return;
+  }
+  DecodeAttentionParams p;
+  p.batch = B; p.q_len = 1; p.q_heads = Hq; p.kv_heads = Hkv; p.head_dim = D; p.kv_len = S;
+  p.dtype = dt; p.scale = 1.f / std::sqrt(128.f);
+  const int64_t qs[4] = {Hq * D, Hq * D, D, 1};
+  std::copy(qs, qs + 4, p.q_stride);
+  std::copy(qs, qs + 4, p.out_stride);
+  // Host reference reads the [B, S, H, D] originals: strides (s, b, h, d).
+  std::vector<uint8_t> ref(q.size());
+  DecodeAttentionParams hp = p;
+  const int64_t hs[4] = {Hkv * D, S * Hkv * D, D, 1};
+  std::copy(hs, hs + 4, hp.k_stride);
+  std::copy(hs, hs + 4, hp.v_stride);
+  hp.q = q.data(); hp.k = k.data(); hp.v = v.data(); hp.out = ref.data();
+  if (!r.ok(decode_attention_cpu(hp), "cache.reference")) return;
+  // The device reads the caches in their seq-major storage.
+  DecodeAttentionParams dp = p;
+  const int64_t cs[4] = {B * Hkv * D, Hkv * D, D, 1};
+  std::copy(cs, cs + 4, dp.k_stride);
+  std::copy(cs, cs + 4, dp.v_stride);
+  dp.q = dq.ptr; dp.k = kc->data(); dp.v = vc->data(); dp.out = dout.ptr;
+  const size_t wsb = decode_attention_cuda_workspace_bytes(dp);
+  DevBuf ws(wsb);
+  dp.workspace = ws.ptr; dp.workspace_bytes = wsb;
+  if (!r.ok(decode_attention_cuda(dp, stream), "cache.launch")) return;
+  cudaStreamSynchronize(stream);
+  std::vector<uint8_t> got(q.size());
+  cudaMemcpy(got.data(), dout.ptr, got.size(), cudaMemcpyDeviceToHost);
+  float worst = 0.f;
+  for (int64_t i = 0; i < qn; ++i) worst = std::max(worst, std::fabs(get(got, i, dt) - get(ref, i, dt)));
+  r.check(worst <= tolerance(dt), "cache.reads_seq_major_cache_in_place", "max error " + std::to_string(worst));
+  kc->remove_view(S);
+  vc->remove_view(S);
+}
+
+void test_errors(Report& r) {
+  DecodeAttentionParams p;
+  p.batch = 1; p.q_len = 1; p.q_heads = 6; p.kv_heads = 4; p.head_dim = 128; p.kv_len = 10;
+  int dummy = 0;
+  p.q = p.k = p.v = &dummy;
+  p.out = &dummy;
+  p.scale = 1.f;
+  r.code(decode_attention_cuda(p, nullptr), Code::kInvalidArgument, "errors.heads_not_multiple");
+  p.q_heads = 8;
+  p.head_dim = 512;
+  r.code(decode_attention_cuda(p, nullptr), Code::kUnsupported, "errors.head_dim_too_large");
+  p.head_dim = 128;
+  p.q_len = 20;
+  r.code(decode_attention_cuda(p, nullptr), Code::kInvalidArgument, "errors.causal_needs_s_ge_tq");
+  p.q_len = 1;
+  p.dtype = ScalarType::kBool;
+  r.code(decode_attention_cuda(p, nullptr), Code::kInvalidArgument, "errors.bool_qkv");
+  p.dtype = ScalarType::kFloat16;
+  p.kv_len = 1 << 20;  // long enough to split: a missing workspace must be refused
+  r.code(decode_attention_cuda(p, nullptr), Code::kInvalidArgument, "errors.missing_workspace");
+}
+
+// Bandwidth: bytes of K+V read per call / time per call, K/V in SeqMajorCaches.
+void bench(Report& r, cudaStream_t stream) {
+  const int64_t H = 32, D = 128;
+  cudaEvent_t t0, t1;
+  cudaEventCreate(&t0);
+  cudaEventCreate(&t1);
+  // Reference point: device-to-device copy of 2 GiB (read + write bytes / time).
+  {
+    const size_t n = size_t(1) << 30;
+    DevBuf a(n), b(n);
+    if (a.ptr && b.ptr) {
+      cudaMemcpyAsync(b.ptr, a.ptr, n, cudaMemcpyDeviceToDevice, stream);
+      cudaEventRecord(t0, stream);
+      for (int i = 0; i < 10; ++i) cudaMemcpyAsync(b.ptr, a.ptr, n, cudaMemcpyDeviceToDevice, stream);
+      cudaEventRecord(t1, stream);
+      cudaEventSynchronize(t1);
+      float ms = 0.f;
+      cudaEventElapsedTime(&ms, t0, t1);
+      std::printf("info bench d2d_copy 1 GiB: %.1f GB/s (read+write)\n", 2.0 * 10 * n / (ms * 1e-3) / 1e9);
+    }
+  }
+  for (int64_t B : {1, 8}) {
+    const int64_t max_s = 65536;
+    const CacheShape shape{B, H, D, 2};
+    std::shared_ptr<SeqMajorCache> kc, vc;
+    if (!r.ok(SeqMajorCache::create(kGpu, shape, CacheConfig{max_s, 0}, &kc), "bench.create_k") ||
+        !r.ok(SeqMajorCache::create(kGpu, shape, CacheConfig{max_s, 0}, &vc), "bench.create_v") ||
+        !r.ok(kc->begin_append(0, max_s, stream), "bench.map_k") ||
+        !r.ok(vc->begin_append(0, max_s, stream), "bench.map_v"))
+      return;
+    cudaMemsetAsync(kc->data(), 0, max_s * shape.token_bytes(), stream);  // defined values (zeros)
+    cudaMemsetAsync(vc->data(), 0, max_s * shape.token_bytes(), stream);
+    DevBuf dq(B * H * D * 2), dout(B * H * D * 2);
+    cudaMemsetAsync(dq.ptr, 0, B * H * D * 2, stream);
+    for (int64_t S : {1024, 4096, 16384, 65536}) {
+      DecodeAttentionParams p;
+      p.batch = B; p.q_len = 1; p.q_heads = H; p.kv_heads = H; p.head_dim = D; p.kv_len = S;
+      p.dtype = ScalarType::kFloat16; p.scale = 1.f / std::sqrt(128.f);
+      const int64_t qs[4] = {H * D, H * D, D, 1}, ks[4] = {B * H * D, H * D, D, 1};
+      std::copy(qs, qs + 4, p.q_stride);
+      std::copy(qs, qs + 4, p.out_stride);
+      std::copy(ks, ks + 4, p.k_stride);
+      std::copy(ks, ks + 4, p.v_stride);
+      p.q = dq.ptr; p.k = kc->data(); p.v = vc->data(); p.out = dout.ptr;
+      const size_t wsb = decode_attention_cuda_workspace_bytes(p);
+      DevBuf ws(wsb);
+      p.workspace = ws.ptr; p.workspace_bytes = wsb;
+      const std::string name = "bench.b" + std::to_string(B) + ".s" + std::to_string(S);
+      if (!r.ok(decode_attention_cuda(p, stream), name + ".warmup")) continue;
+      const int iters = S >= 16384 ? 50 : 200;
+      cudaEventRecord(t0, stream);
+      for (int i = 0; i < iters; ++i) decode_attention_cuda(p, stream);
+      cudaEventRecord(t1, stream);
+      const cudaError_t e = cudaEventSynchronize(t1);
+      if (!r.check(e == cudaSuccess, name + ".run", cudaGetErrorString(e))) continue;
+      float ms = 0.f;
+      cudaEventElapsedTime(&ms, t0, t1);
+      const double us = 1e3 * ms / iters;
+      const double bytes = 2.0 * B * S * H * D * 2;
+      std::printf("info bench fp16 B=%lld S=%lld H=32 D=128: %.1f us/call, K+V %.1f MiB, %.1f GB/s, splits ws %zu B\n",
+                  static_cast<long long>(B), static_cast<long long>(S), us, bytes / (1 << 20), bytes / (us * 1e-6) / 1e9,
+                  wsb);
+    }
+    kc->remove_view(max_s);
+    vc->remove_view(max_s);
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool run_bench = !(argc > 1 && std::string(argv[1]) == "--no-bench");
+  Report r;
+  cudaDeviceProp prop;
+  if (!r.check(cudaGetDeviceProperties(&prop, 0) == cudaSuccess, "runtime.device")) return r.finish();
+  std::printf("info device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  cudaStream_t stream = nullptr;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  std::mt19937 rng(7);
+  test_matrix(r, rng, stream);
+  test_variants(r, rng, stream);
+  test_in_cache(r, rng, stream);
+  test_errors(r);
+  if (run_bench) bench(r, stream);
+  cudaStreamDestroy(stream);
+  const MemoryStats s = memory_stats(kGpu);
+  r.eq(s.mapped_bytes, 0, "end.mapped_bytes_zero");
+  return r.finish();
+}
