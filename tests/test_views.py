@@ -126,3 +126,15 @@ def test_is_vtensor_and_stats_shape():
     stats = pvt.memory_stats("cpu")
     assert set(stats) >= {"reserved_bytes", "mapped_bytes", "live_vtensors", "map_calls", "unmap_calls"}
     assert stats["live_vtensors"] == 1 and stats["live_regions"] == 1
+
+
+def test_vtensor_memory_shows_in_paddles_own_stats():
+    from paddle.base import core
+
+    before = core.host_memory_stat_current_value("Allocated", 0)
+    cache = pvt.from_dense(rand([4, 3, 8, 64], seed=13), max_seq_len=512, chunk_bytes=1 << 16)
+    mapped = pvt.memory_stats("cpu")["mapped_bytes"]
+    assert mapped > 0
+    assert core.host_memory_stat_current_value("Allocated", 0) - before == mapped
+    del cache
+    assert core.host_memory_stat_current_value("Allocated", 0) == before

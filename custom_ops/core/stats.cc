@@ -1,6 +1,7 @@
 #include "stats.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -18,7 +19,15 @@ std::map<Device, MemoryStats>& table() {
   return *t;
 }
 
+std::atomic<MappedObserver> g_observer{nullptr};
+
+void notify(Device device, int64_t delta) {
+  if (MappedObserver fn = g_observer.load()) fn(device, delta);
+}
+
 }  // namespace
+
+void set_mapped_observer(MappedObserver observer) { g_observer.store(observer); }
 
 MemoryStats memory_stats(Device device) {
   std::lock_guard<std::mutex> lock(stats_mutex());
@@ -39,19 +48,25 @@ void reset_peak_mapped(Device device) {
 namespace stats_detail {
 
 bool try_add_mapped(Device device, int64_t delta) {
-  std::lock_guard<std::mutex> lock(stats_mutex());
-  auto& s = table()[device];
-  if (delta > 0 && s.mapped_limit > 0 && s.mapped_bytes + delta > s.mapped_limit) return false;
-  s.mapped_bytes += delta;
-  s.peak_mapped_bytes = std::max(s.peak_mapped_bytes, s.mapped_bytes);
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex());
+    auto& s = table()[device];
+    if (delta > 0 && s.mapped_limit > 0 && s.mapped_bytes + delta > s.mapped_limit) return false;
+    s.mapped_bytes += delta;
+    s.peak_mapped_bytes = std::max(s.peak_mapped_bytes, s.mapped_bytes);
+  }
+  notify(device, delta);
   return true;
 }
 
 void add_mapped(Device device, int64_t delta) {
-  std::lock_guard<std::mutex> lock(stats_mutex());
-  auto& s = table()[device];
-  s.mapped_bytes += delta;
-  s.peak_mapped_bytes = std::max(s.peak_mapped_bytes, s.mapped_bytes);
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex());
+    auto& s = table()[device];
+    s.mapped_bytes += delta;
+    s.peak_mapped_bytes = std::max(s.peak_mapped_bytes, s.mapped_bytes);
+  }
+  notify(device, delta);
 }
 
 void add_reserved(Device device, int64_t delta, int64_t regions_delta) {

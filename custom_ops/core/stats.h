@@ -24,6 +24,12 @@ MemoryStats memory_stats(Device device);
 void set_mapped_limit(Device device, int64_t bytes);
 void reset_peak_mapped(Device device);
 
+// Called with every change of mapped bytes (after it is counted), so a framework can show VTensor
+// memory in its own accounting; the Paddle adapter forwards it to Paddle's memory stats. One
+// observer per process; nullptr removes it. Must not call back into the core.
+using MappedObserver = void (*)(Device device, int64_t delta);
+void set_mapped_observer(MappedObserver observer);
+
 namespace stats_detail {
 // Returns false (and changes nothing) when `delta` would pass the mapped limit.
 bool try_add_mapped(Device device, int64_t delta);
