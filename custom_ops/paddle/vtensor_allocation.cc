@@ -2,6 +2,10 @@
 
 #include <string>
 
+#ifdef PADDLE_VTENSOR_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace pvt {
 
 VTensorAllocation::VTensorAllocation(std::shared_ptr<SeqMajorCache> cache, int64_t length,
@@ -63,6 +67,24 @@ const VTensorAllocation* whole_storage_view(const paddle::Tensor& t) {
   return alloc;
 }
 
+DeviceGuard::DeviceGuard(const phi::Place& place) {
+#ifdef PADDLE_VTENSOR_WITH_CUDA
+  if (place.GetType() != phi::AllocationType::GPU) return;
+  int current = 0;
+  if (cudaGetDevice(&current) == cudaSuccess && current != place.GetDeviceId()) {
+    if (cudaSetDevice(place.GetDeviceId()) == cudaSuccess) previous_ = current;
+  }
+#else
+  (void)place;
+#endif
+}
+
+DeviceGuard::~DeviceGuard() {
+#ifdef PADDLE_VTENSOR_WITH_CUDA
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+#endif
+}
+
 void launch_append(const AppendParams& params, const phi::Place& place, void* stream,
                    const char* op) {
   if (params.tokens == 0) return;
@@ -71,6 +93,7 @@ void launch_append(const AppendParams& params, const phi::Place& place, void* st
     return;
   }
 #ifdef PADDLE_VTENSOR_WITH_CUDA
+  DeviceGuard guard(place);
   throw_if_error(append_tokens_cuda(params, stream), op);
 #else
   (void)stream;

@@ -47,6 +47,19 @@ paddle::Tensor make_storage_view(std::shared_ptr<SeqMajorCache> cache, int64_t l
 // [S, B, H, D] matching the cache's shape and element size), else nullptr.
 const VTensorAllocation* whole_storage_view(const paddle::Tensor& t);
 
+// Makes `place`'s GPU current for its scope (and restores the previous one), since kernels launch on
+// the current device and a caller may have another current. No-op on the CPU and in CPU builds.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(const phi::Place& place);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 // Queue dst[pos + t, b, h, d] = src[b, t, h, d] on the place of the tensors (CPU or CUDA).
 void launch_append(const AppendParams& params, const phi::Place& place, void* stream,
                    const char* op);
