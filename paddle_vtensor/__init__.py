@@ -22,10 +22,22 @@ from .api import (
     truncate,
 )
 
+from .attention import decode_attention
+from . import integration, passes, static_export
+from .integration import UnsupportedModelError, applied, apply, remove
+
 __version__ = "0.1.0"
 
 __all__ = [
     "Config",
+    "UnsupportedModelError",
+    "applied",
+    "apply",
+    "decode_attention",
+    "integration",
+    "passes",
+    "static_export",
+    "remove",
     "ReservationFullError",
     "VTensorError",
     "VTensorOutOfMemoryError",

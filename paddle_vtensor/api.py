@@ -188,7 +188,8 @@ def _check_match(cache: paddle.Tensor, tokens: paddle.Tensor, op: str) -> None:
 
 
 def _cache_info(x: paddle.Tensor):
-    if not isinstance(x, paddle.Tensor) or x.numel() == 0 and x.ndim == 0:
+    # Metadata only: even x.numel() runs an op, which first copies a non-contiguous VTensor whole.
+    if not isinstance(x, paddle.Tensor):
         return None
     out = (ctypes.c_int64 * 6)()
     try:

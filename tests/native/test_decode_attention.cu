@@ -6,8 +6,8 @@
 //   K/V, a K/V read straight from a SeqMajorCache (VM-mapped memory), and the error statuses.
 //   Bandwidth: context {1k, 4k, 16k, 64k} x batch {1, 8}, 32 heads x 128 head_dim fp16, K/V in
 //   SeqMajorCaches; bytes of K+V read / kernel time, next to a device-to-device copy's bandwidth.
-// Usage: test_decode_attention [--no-bench]. Prints PASS/FAIL lines, "info bench ..." lines, and
-// "N passed, M failed"; exits non-zero on any failure.
+// Usage: test_decode_attention [--no-bench | --bench-only]. Prints PASS/FAIL lines, "info bench ..."
+// lines, and "N passed, M failed"; exits non-zero on any failure.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -360,7 +360,8 @@ void bench(Report& r, cudaStream_t stream) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool run_bench = !(argc > 1 && std::string(argv[1]) == "--no-bench");
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const bool run_tests = mode != "--bench-only", run_bench = mode != "--no-bench";
   Report r;
   cudaDeviceProp prop;
   if (!r.check(cudaGetDeviceProperties(&prop, 0) == cudaSuccess, "runtime.device")) return r.finish();
@@ -368,10 +369,12 @@ int main(int argc, char** argv) {
   cudaStream_t stream = nullptr;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   std::mt19937 rng(7);
-  test_matrix(r, rng, stream);
-  test_variants(r, rng, stream);
-  test_in_cache(r, rng, stream);
-  test_errors(r);
+  if (run_tests) {
+    test_matrix(r, rng, stream);
+    test_variants(r, rng, stream);
+    test_in_cache(r, rng, stream);
+    test_errors(r);
+  }
   if (run_bench) bench(r, stream);
   cudaStreamDestroy(stream);
   const MemoryStats s = memory_stats(kGpu);

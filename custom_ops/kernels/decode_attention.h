@@ -1,0 +1,67 @@
+// Decode attention straight from a seq-major KV cache: out = softmax(q k^T * scale + mask) v, for a
+// few query tokens (Tq = 1 in generate(), k for speculative decoding) against S cached keys.
+// The cache is read where it lies ([S, B, Hkv, D], any strides), so a decode step never copies,
+// transposes or repeats (GQA) the cache. Softmax and accumulation are float32 for every dtype.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../core/status.h"
+
+namespace pvt {
+
+// Element types of q/k/v/out (all one type) and of the mask.
+enum class ScalarType { kFloat32 = 0, kFloat16, kBFloat16, kBool };
+
+const char* scalar_type_name(ScalarType t);
+
+struct DecodeAttentionParams {
+  // Sizes. q_heads must be a multiple of kv_heads: query head h reads kv head h / (q_heads / kv_heads).
+  int64_t batch = 0;
+  int64_t q_len = 0;     // Tq >= 1
+  int64_t q_heads = 0;   // Hq
+  int64_t kv_heads = 0;  // Hkv
+  int64_t head_dim = 0;  // D
+  int64_t kv_len = 0;    // S >= 1
+  ScalarType dtype = ScalarType::kFloat32;  // of q, k, v and out (float32, float16 or bfloat16)
+  float scale = 0.f;     // multiplies q.k (PaddleNLP: 1 / sqrt(D))
+
+  // All strides are in ELEMENTS (not bytes).
+  const void* q = nullptr;          // logical [B, Tq, Hq, D]
+  int64_t q_stride[4] = {0, 0, 0, 0};    // for (b, t, h, d)
+  const void* k = nullptr;          // logical [S, B, Hkv, D] (the cache's storage order)
+  const void* v = nullptr;
+  int64_t k_stride[4] = {0, 0, 0, 0};    // for (s, b, h, d)
+  int64_t v_stride[4] = {0, 0, 0, 0};
+  void* out = nullptr;              // logical [B, Tq, Hq, D]
+  int64_t out_stride[4] = {0, 0, 0, 0};  // for (b, t, h, d)
+
+  // Optional mask, logical [B, Hq, Tq, S]; give stride 0 for a broadcast dimension (PaddleNLP's
+  // decode mask is [B, 1, Tq, S]: stride 0 for h). Bool: true = attend. Float: added to the scaled
+  // score (0 or a large negative value). Null: causal, query t sees keys s < S - Tq + t + 1.
+  // A query that sees no key at all (all masked by false or -inf) gets zeros.
+  const void* mask = nullptr;
+  ScalarType mask_type = ScalarType::kBool;
+  int64_t mask_stride[4] = {0, 0, 0, 0};  // for (b, h, t, s)
+
+  // CUDA only: scratch memory for splitting S across blocks (decode_attention_cuda_workspace_bytes).
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// Shared validation: sizes, head grouping, pointers, dtypes, causal S >= Tq.
+Status check_decode_attention_params(const DecodeAttentionParams& p);
+
+// Host implementation (decode_attention_cpu.cc). Always available.
+Status decode_attention_cpu(const DecodeAttentionParams& p);
+
+// CUDA implementation (decode_attention_cuda.cu), only in builds with PADDLE_VTENSOR_WITH_CUDA.
+// head_dim <= kCudaMaxHeadDim. The workspace size depends on the shapes and the current device's
+// SM count; ask for it right before the launch, on the same device.
+constexpr int64_t kCudaMaxHeadDim = 256;
+size_t decode_attention_cuda_workspace_bytes(const DecodeAttentionParams& p);
+// Queues the attention on `stream` (a cudaStream_t) and returns the launch status.
+Status decode_attention_cuda(const DecodeAttentionParams& p, void* stream);
+
+}  // namespace pvt

@@ -1,0 +1,160 @@
+// vtensor_decode_attention: attention of a few new query tokens over a KV cache read in place.
+//   Q     [B, Tq, Hq, D]
+//   K, V  [S, B, Hkv, D]  storage views of the logical [B, S, Hkv, D] caches (contiguous for a
+//                         VTensor; Paddle makes any other input contiguous first); Hq % Hkv == 0
+//   Mask  optional [B or 1, Hq or 1, Tq or 1, S]: bool (true = attend) or additive float
+//         (float32 or Q's dtype), as PaddleNLP builds it ([B, 1, Tq, S]). Absent: causal.
+//   attr scale (> 0 or any finite value; the Python wrapper passes 1/sqrt(D) by default)
+//   Out   [B, Tq, Hq, D], Q's dtype.
+#include <string>
+
+#include "vtensor_allocation.h"
+#include "../kernels/decode_attention.h"
+
+namespace {
+
+constexpr const char* kOp = "vtensor_decode_attention";
+
+std::string dims_str(const phi::DDim& d) {
+  std::string s = "[";
+  for (int i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+// The one dtype dispatch of this op: Paddle dtype -> kernel scalar type.
+pvt::ScalarType scalar_type(phi::DataType dtype, const char* what) {
+  switch (dtype) {
+    case phi::DataType::FLOAT32: return pvt::ScalarType::kFloat32;
+    case phi::DataType::FLOAT16: return pvt::ScalarType::kFloat16;
+    case phi::DataType::BFLOAT16: return pvt::ScalarType::kBFloat16;
+    case phi::DataType::BOOL: return pvt::ScalarType::kBool;
+    default:
+      PD_THROW(kOp, ": ", what, " has dtype ", phi::DataTypeToString(dtype),
+               "; expected float32, float16 or bfloat16 (or bool for the mask)");
+  }
+}
+
+void check_inputs(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
+                  const paddle::optional<paddle::Tensor>& mask) {
+  const auto& qd = q.dims();
+  const auto& kd = k.dims();
+  PD_CHECK(qd.size() == 4, kOp, ": q must have rank 4 [batch, q_len, q_heads, head_dim], got shape ",
+           dims_str(qd));
+  PD_CHECK(kd.size() == 4, kOp,
+           ": the key cache must have rank 4 (storage view [seq, batch, kv_heads, head_dim]), got shape ",
+           dims_str(kd));
+  PD_CHECK(v.dims() == kd, kOp, ": the value cache (storage view) has shape ", dims_str(v.dims()),
+           " but the key cache has ", dims_str(kd));
+  PD_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), kOp, ": q, k and v must share one dtype, got q ",
+           phi::DataTypeToString(q.dtype()), ", k ", phi::DataTypeToString(k.dtype()), ", v ",
+           phi::DataTypeToString(v.dtype()));
+  PD_CHECK(q.dtype() != phi::DataType::BOOL, kOp, ": q must be float32, float16 or bfloat16, got bool");
+  scalar_type(q.dtype(), "q");
+  PD_CHECK(q.place() == k.place() && q.place() == v.place(), kOp, ": q is on ", q.place().DebugString(),
+           ", k on ", k.place().DebugString(), ", v on ", v.place().DebugString(), "; all must share a place");
+  const int64_t B = qd[0], Tq = qd[1], Hq = qd[2], D = qd[3], S = kd[0], Hkv = kd[2];
+  PD_CHECK(kd[1] == B && kd[3] == D, kOp, ": the cache [batch, seq, kv_heads, head_dim] = [", kd[1], ", ", S,
+           ", ", Hkv, ", ", kd[3], "] does not match q [batch, q_len, q_heads, head_dim] = ", dims_str(qd),
+           " in batch or head_dim");
+  PD_CHECK(B > 0 && Tq > 0 && Hq > 0 && D > 0, kOp, ": q must not be empty, got shape ", dims_str(qd));
+  PD_CHECK(S > 0 && Hkv > 0, kOp, ": the cache must hold at least one token and one head, got [batch, seq, "
+           "kv_heads, head_dim] = [", kd[1], ", ", S, ", ", Hkv, ", ", kd[3], "]");
+  PD_CHECK(Hq % Hkv == 0, kOp, ": q_heads (", Hq, ") must be a multiple of the cache's kv_heads (", Hkv, ")");
+  if (mask) {
+    const auto& md = mask->dims();
+    PD_CHECK(md.size() == 4 && (md[0] == B || md[0] == 1) && (md[1] == Hq || md[1] == 1) &&
+                 (md[2] == Tq || md[2] == 1) && md[3] == S,
+             kOp, ": the mask must broadcast to [batch, q_heads, q_len, kv_len] = [", B, ", ", Hq, ", ", Tq,
+             ", ", S, "] (batch, q_heads and q_len may be 1), got ", dims_str(md));
+    const phi::DataType mt = mask->dtype();
+    PD_CHECK(mt == phi::DataType::BOOL || mt == phi::DataType::FLOAT32 || mt == q.dtype(), kOp,
+             ": the mask must be bool, float32 or ", phi::DataTypeToString(q.dtype()), " (q's dtype), got ",
+             phi::DataTypeToString(mt));
+    PD_CHECK(mask->place() == q.place(), kOp, ": the mask is on ", mask->place().DebugString(),
+             " but q is on ", q.place().DebugString());
+  } else {
+    PD_CHECK(S >= Tq, kOp, ": without a mask the attention is causal and needs kv_len >= q_len, got kv_len=",
+             S, " q_len=", Tq);
+  }
+}
+
+void copy_strides(const paddle::Tensor& t, int64_t (&dst)[4]) {
+  const auto& st = t.strides();
+  const auto& d = t.dims();
+  for (int i = 0; i < 4; ++i) dst[i] = d[i] == 1 ? 0 : st[i];  // size-1 dims broadcast
+}
+
+}  // namespace
+
+std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, const paddle::Tensor& k,
+                                                   const paddle::Tensor& v,
+                                                   const paddle::optional<paddle::Tensor>& mask,
+                                                   float scale) {
+  check_inputs(q, k, v, mask);
+  const auto& qd = q.dims();
+  paddle::Tensor out = paddle::empty({qd[0], qd[1], qd[2], qd[3]}, q.dtype(), q.place());
+
+  pvt::DecodeAttentionParams p;
+  p.batch = qd[0];
+  p.q_len = qd[1];
+  p.q_heads = qd[2];
+  p.head_dim = qd[3];
+  p.kv_len = k.dims()[0];
+  p.kv_heads = k.dims()[2];
+  p.dtype = scalar_type(q.dtype(), "q");
+  p.scale = scale;
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.out = out.data();
+  copy_strides(q, p.q_stride);
+  copy_strides(k, p.k_stride);
+  copy_strides(v, p.v_stride);
+  copy_strides(out, p.out_stride);
+  if (mask) {
+    p.mask = mask->data();
+    p.mask_type = scalar_type(mask->dtype(), "the mask");
+    copy_strides(*mask, p.mask_stride);
+  }
+
+  if (q.place().GetType() == phi::AllocationType::CPU) {
+    pvt::throw_if_error(pvt::decode_attention_cpu(p), kOp);
+    return {out};
+  }
+#ifdef PADDLE_VTENSOR_WITH_CUDA
+  PD_CHECK(p.head_dim <= pvt::kCudaMaxHeadDim, kOp, ": head_dim ", p.head_dim,
+           " is larger than the CUDA kernel supports (", pvt::kCudaMaxHeadDim, ")");
+  const size_t ws = pvt::decode_attention_cuda_workspace_bytes(p);
+  paddle::Tensor workspace;
+  if (ws > 0) {
+    workspace = paddle::empty({static_cast<int64_t>(ws)}, phi::DataType::UINT8, q.place());
+    p.workspace = workspace.data();
+    p.workspace_bytes = ws;
+  }
+  pvt::throw_if_error(pvt::decode_attention_cuda(p, pvt::stream_of(q)), kOp);
+  return {out};
+#else
+  PD_THROW(kOp, ": this build of paddle_vtensor has no CUDA kernels (tensor on ", q.place().DebugString(), ")");
+#endif
+}
+
+std::vector<std::vector<int64_t>> VTensorDecodeAttentionInferShape(
+    const std::vector<int64_t>& q_shape, const std::vector<int64_t>&, const std::vector<int64_t>&,
+    const paddle::optional<std::vector<int64_t>>&) {
+  return {q_shape};
+}
+
+std::vector<paddle::DataType> VTensorDecodeAttentionInferDtype(const paddle::DataType& q_dtype,
+                                                               const paddle::DataType&,
+                                                               const paddle::DataType&,
+                                                               const paddle::optional<paddle::DataType>&) {
+  return {q_dtype};
+}
+
+PD_BUILD_OP(vtensor_decode_attention)
+    .Inputs({"Q", "K", "V", paddle::Optional("Mask")})
+    .Outputs({"Out"})
+    .Attrs({"scale: float"})
+    .SetKernelFn(PD_KERNEL(VTensorDecodeAttention))
+    .SetInferShapeFn(PD_INFER_SHAPE(VTensorDecodeAttentionInferShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(VTensorDecodeAttentionInferDtype));

@@ -1,0 +1,204 @@
+"""The mechanism behind apply(): which model is running, and the hooks that route its caches.
+
+While an applied model's ``forward`` runs, ``ACTIVE`` holds its :class:`ModelState`; every hook
+does nothing when ``ACTIVE`` is empty, so a model that was not applied (or a call outside the
+model) always takes PaddleNLP's own path, even while the hooks are installed in its module.
+
+* ``paddle.concat`` as seen by the modeling module (``PaddleProxy``): a rank-4 ``axis=1`` concat of
+  two tensors that agree in batch, heads and head_dim is the KV-cache concat; it becomes
+  ``paddle_vtensor.append`` (the first decode step migrates the prefill cache once; later steps
+  write only the new token).
+* the attention function: when K and V are VTensors it runs ``decode_attention`` on them in place
+  (no transpose, no ``repeat_kv``, no contiguous copy).
+* ``repeat_kv``: a VTensor passes through unrepeated; the attention reads the head groups itself.
+* ``paddle.shape`` as seen by the modeling module: of a VTensor, built from its metadata. (Paddle
+  makes a non-contiguous input contiguous before any op, ``shape`` and ``numel`` included, so
+  ``paddle.shape(cache)`` in llama's forward would copy the whole cache every step.)
+
+Nothing here calls a Paddle op on a cache except the two plugin ops, for the same reason.
+"""
+from __future__ import annotations
+
+import contextvars
+import ctypes
+import dataclasses
+import functools
+import inspect
+import types
+
+import paddle
+
+from .. import _ops, api
+from ..attention import decode_attention
+
+_CACHE_DTYPES = (paddle.float32, paddle.float16, paddle.bfloat16)
+
+
+class UnsupportedModelError(TypeError):
+    """The model (or a call it makes) cannot use VTensor caches; nothing was changed."""
+
+
+@dataclasses.dataclass
+class ModelState:
+    """One applied model: its settings and what the hooks did (for tests and curious users)."""
+
+    family: str
+    max_seq_len: int
+    chunk_bytes: int | None
+    migrations: int = 0        # cache concats that copied a dense cache into a new VTensor
+    appends_in_place: int = 0  # cache concats that wrote only the new tokens
+    appends_copied: int = 0    # copy-on-write: a longer live view already saw the position
+    attention_calls: int = 0   # attentions that read VTensor K/V in place
+
+    def counters(self) -> dict:
+        return {k: getattr(self, k) for k in
+                ("migrations", "appends_in_place", "appends_copied", "attention_calls")}
+
+
+ACTIVE: contextvars.ContextVar[ModelState | None] = contextvars.ContextVar("paddle_vtensor_active", default=None)
+
+
+def is_vtensor(x) -> bool:
+    """api.is_vtensor without any Paddle op on x (which would copy a non-contiguous cache)."""
+    if not isinstance(x, paddle.Tensor):
+        return False
+    try:
+        ptr = x.data_ptr()
+    except Exception:  # no storage
+        return False
+    info = (ctypes.c_int64 * 6)()
+    return bool(_ops.lib().pvt_find_cache(ctypes.c_void_p(ptr), info))
+
+
+def _is_cache_concat(x, axis) -> bool:
+    if not isinstance(x, (list, tuple)) or len(x) != 2 or not isinstance(axis, int) or axis != 1:
+        return False
+    past, new = x
+    if not (isinstance(past, paddle.Tensor) and isinstance(new, paddle.Tensor)):
+        return False
+    if past.ndim != 4 or new.ndim != 4 or past.dtype != new.dtype or past.dtype not in _CACHE_DTYPES:
+        return False
+    return past.shape[0] == new.shape[0] and past.shape[2:] == new.shape[2:]
+
+
+def cache_append(state: ModelState, past: paddle.Tensor, new: paddle.Tensor) -> paddle.Tensor:
+    if paddle.is_grad_enabled() and not (past.stop_gradient and new.stop_gradient):
+        raise UnsupportedModelError(
+            "paddle_vtensor: VTensor caches carry no gradients; run the model under paddle.no_grad() "
+            "(generate() does) or call paddle_vtensor.remove(model) first")
+    storage = api.storage_view(past)  # a free view; contiguous for a whole VTensor
+    try:
+        if not (is_vtensor(past) and storage.is_contiguous()):
+            state.migrations += 1  # the prefill cache (or a view we cannot write through): one copy
+            return api.append(past, new, max_seq_len=state.max_seq_len, chunk_bytes=state.chunk_bytes)
+        chunk_bytes = state.chunk_bytes or api.configure().chunk_bytes
+        out = api.storage_view(_ops.ops().vtensor_append(storage, new, state.max_seq_len, chunk_bytes))
+    except Exception as e:
+        if "OutOfRange" not in str(e):
+            raise
+        raise RuntimeError(
+            f"paddle_vtensor: the KV cache is full ({past.shape[1]} tokens + {new.shape[1]} new; "
+            f"{state.max_seq_len} reserved): pass a larger max_seq_len to paddle_vtensor.apply() "
+            f"(the cache is unchanged)") from e
+    if out.data_ptr() == past.data_ptr():
+        state.appends_in_place += 1
+    else:
+        state.appends_copied += 1  # copy-on-write: a longer live view already saw this position
+    return out
+
+
+class PaddleProxy(types.ModuleType):
+    """Stands in for ``paddle`` in a modeling module: everything is paddle's, except that the
+    KV-cache concat of an applied model becomes an in-place append."""
+
+    def __init__(self, real: types.ModuleType):
+        super().__init__(real.__name__, real.__doc__)
+        object.__setattr__(self, "_real", real)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def concat(self, x, axis=0, name=None):
+        state = ACTIVE.get()
+        if state is not None and _is_cache_concat(x, axis):
+            return cache_append(state, x[0], x[1])
+        return self._real.concat(x, axis=axis, name=name)
+
+    def shape(self, input):
+        if ACTIVE.get() is not None and is_vtensor(input):
+            return self._real.to_tensor(input.shape, dtype=_SHAPE_DTYPE)
+        return self._real.shape(input)
+
+
+_SHAPE_DTYPE = paddle.shape(paddle.zeros([1])).dtype
+
+
+def both_vtensors(k, v) -> bool:
+    return is_vtensor(k) and is_vtensor(v)
+
+
+def run_decode_attention(state: ModelState, q, k, v, mask) -> paddle.Tensor:
+    """``[B, Tq, Hq, D]`` attention of q over the VTensor caches k, v ``[B, S, Hkv, D]``."""
+    bsz, q_len = q.shape[0], q.shape[1]
+    if mask is not None and mask.ndim != 4:
+        mask = mask.reshape([bsz, 1, q_len, k.shape[1]])  # what PaddleNLP's eager path does
+    state.attention_calls += 1
+    return decode_attention(q, k, v, mask)
+
+
+def wrap_sdpa(original):
+    """A module-level ``scaled_dot_product_attention(query_states, config, key_states,
+    value_states, attention_mask, output_attentions, ...)`` (llama's signature)."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def scaled_dot_product_attention(*args, **kwargs):
+        state = ACTIVE.get()
+        if state is None:
+            return original(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        a = bound.arguments
+        k, v = a.get("key_states"), a.get("value_states")
+        if not both_vtensors(k, v):
+            return original(*args, **kwargs)
+        for name in ("alibi", "reshard_layer"):
+            if a.get(name) is not None:
+                raise UnsupportedModelError(f"paddle_vtensor: attention with {name} is not supported on VTensor caches")
+        if a.get("sequence_parallel"):
+            raise UnsupportedModelError("paddle_vtensor: sequence_parallel is not supported on VTensor caches")
+        if a.get("output_attentions"):
+            raise UnsupportedModelError("paddle_vtensor: output_attentions=True is not supported on VTensor caches "
+                                        "(the decode attention does not form the weights)")
+        q = a["query_states"]
+        out = run_decode_attention(state, q, k, v, a.get("attention_mask"))
+        bsz, q_len, heads, head_dim = q.shape
+        return out.reshape([bsz, q_len, heads * head_dim])
+
+    scaled_dot_product_attention.__pvt_original__ = original
+    return scaled_dot_product_attention
+
+
+def wrap_repeat_kv(original):
+    @functools.wraps(original)
+    def repeat_kv(hidden_states, n_rep):
+        if ACTIVE.get() is not None and n_rep > 1 and is_vtensor(hidden_states):
+            return hidden_states  # the decode attention maps query heads to kv heads itself
+        return original(hidden_states, n_rep)
+
+    repeat_kv.__pvt_original__ = original
+    return repeat_kv
+
+
+def wrap_attn_method(original):
+    """A method ``_attn(self, query, key, value, attention_mask=None) -> (out [B, Tq, H, D],
+    weights)`` (qwen's)."""
+
+    @functools.wraps(original)
+    def _attn(self, query, key, value, attention_mask=None):
+        state = ACTIVE.get()
+        if state is None or not both_vtensors(key, value):
+            return original(self, query, key, value, attention_mask)
+        return run_decode_attention(state, query, key, value, attention_mask), None
+
+    _attn.__pvt_original__ = original
+    return _attn

@@ -1,0 +1,34 @@
+"""Loading the compiled ops from the command line, saying so when it means a first-time build."""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import time
+
+
+def ops_need_building() -> bool | None:
+    """True when load() will compile (no current installed build, no cached just-in-time build),
+    None when that cannot be told."""
+    try:
+        from . import _build, _installed_check, _ops
+
+        if os.environ.get("PADDLE_VTENSOR_JIT") != "1" and _installed_check.installed_is_current():
+            return False
+        folder = os.path.join(_ops._cache_dir(), _build.source_digest(_build.with_cuda()))
+        pattern = os.path.join(folder, "**", _build.EXTENSION_NAME + "*.so")
+        return not glob.glob(pattern, recursive=True)
+    except Exception:  # a layout this check does not know: load() still works, we just can't tell
+        return None
+
+
+def load_ops(out=sys.stdout) -> None:
+    from . import _ops
+
+    building = ops_need_building()
+    if building:
+        print("Building the paddle_vtensor ops (first run only, about a minute)...", file=out, flush=True)
+    started = time.perf_counter()
+    _ops.load()
+    if building is not False:
+        print(f"ops ready ({time.perf_counter() - started:.0f} s)", file=out, flush=True)

@@ -1,0 +1,106 @@
+"""Times every forward call that ``generate()`` makes and works out how many bytes each one wrote
+into the KV cache, from hooks on the model alone, so it sees the baseline and the plugin the same
+way and needs nothing from either."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable
+
+import paddle
+
+
+def synchronize(device: str) -> None:
+    """Wait for queued device work, so a timer read after it covers the work (no-op on CPU, where
+    ops run synchronously and paddle.device.synchronize refuses the device)."""
+    if not device.startswith("cpu"):
+        paddle.device.synchronize(device)
+
+
+@dataclasses.dataclass
+class Step:
+    new_tokens: int  # tokens this call fed in: the prompt length at prefill, then 1
+    context_len: int  # cached tokens after the call (the keys the call attended over)
+    ms: float  # wall time of the forward call, device synchronised at both ends
+    cache_bytes_written: int | None  # K and V of every layer; None if the cache was not found
+    cache_in_vtensors: bool | None  # every K and V a VTensor; None if the cache was not found
+
+
+class StepRecorder:
+    """Forward hooks on the top-level model; ``steps`` holds one Step per forward call.
+
+    Bytes written per call, per layer and per K/V: if the new cache tensor starts at the same
+    address as the one the previous call returned and is ``n`` tokens longer, it grew in place and
+    the call wrote the ``n`` new tokens; otherwise the call wrote the whole cache (what
+    ``concat([past, new])`` does: it copies every past token into fresh memory). A token is
+    batch * kv_heads * head_dim * element bytes.
+    """
+
+    def __init__(self, device: str, on_step: Callable[[Step], None] | None = None):
+        self.device = device
+        self.on_step = on_step
+        self.steps: list[Step] = []
+        self._handles: list = []
+        self._started = 0.0
+        self._last: dict[tuple[int, int], tuple[int, int]] = {}  # (layer, k/v) -> (address, tokens)
+
+    def attach(self, model) -> "StepRecorder":
+        self._handles = [model.register_forward_pre_hook(self._before),
+                         model.register_forward_post_hook(self._after)]
+        return self
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _before(self, layer, inputs):
+        synchronize(self.device)
+        self._started = time.perf_counter()
+
+    def _after(self, layer, inputs, outputs):
+        synchronize(self.device)
+        ms = (time.perf_counter() - self._started) * 1e3
+        cache = _past_key_values(outputs)
+        logits = outputs[0] if isinstance(outputs, (tuple, list)) else outputs.logits
+        new_tokens = int(logits.shape[1])
+        written, in_vtensors, context = self._account(cache, new_tokens)
+        step = Step(new_tokens, context, ms, written, in_vtensors)
+        self.steps.append(step)
+        if self.on_step is not None:
+            self.on_step(step)
+
+    def _account(self, cache, new_tokens: int) -> tuple[int | None, bool | None, int]:
+        if cache is None:
+            return None, None, -1
+        from .api import is_vtensor
+
+        written, all_vtensors, context = 0, True, -1
+        for layer, pair in enumerate(cache):
+            for kv, t in enumerate(pair[:2]):
+                batch, tokens, heads, head_dim = t.shape
+                token_bytes = batch * heads * head_dim * t.element_size()
+                address = t.data_ptr()
+                before = self._last.get((layer, kv))
+                grew_in_place = before == (address, tokens - new_tokens)
+                written += (new_tokens if grew_in_place else tokens) * token_bytes
+                all_vtensors = all_vtensors and is_vtensor(t)
+                self._last[(layer, kv)] = (address, tokens)
+                context = tokens
+        return written, all_vtensors, context
+
+
+def _past_key_values(outputs):
+    """The per-layer (key, value) pairs of a forward output, or None if it holds no such thing."""
+    if isinstance(outputs, (tuple, list)):
+        cache = outputs[1] if len(outputs) > 1 and not isinstance(outputs[1], paddle.Tensor) else None
+    else:
+        cache = getattr(outputs, "past_key_values", None)
+    if not isinstance(cache, (tuple, list)) or not cache:
+        return None
+    for pair in cache:
+        if not isinstance(pair, (tuple, list)) or len(pair) < 2:
+            return None
+        if not all(isinstance(t, paddle.Tensor) and t.ndim == 4 for t in pair[:2]):
+            return None
+    return cache
