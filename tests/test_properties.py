@@ -23,7 +23,8 @@ op_strategy = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: CI must see the same examples every run; raise max_examples locally to search further.
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(dtype=st.sampled_from(["float32", "float16", "bfloat16"]), ops=st.lists(op_strategy, min_size=1, max_size=25),
        seed=st.integers(0, 2**16))
 def test_random_op_sequences_match_numpy(dtype, ops, seed):
@@ -63,6 +64,7 @@ def run_sequence(dtype, ops, seed):
             live.pop(pick % len(live))
         for t, r in live:  # no operation may change what any live tensor sees
             np.testing.assert_array_equal(to_np(t), r)
+        # Memory stays mapped for every token a live VTensor sees (clones are plain tensors).
         mapped = pvt.memory_stats("cpu")["mapped_bytes"]
-        longest = max(r.shape[1] for _, r in live) if live else 0
+        longest = max([r.shape[1] for t, r in live if pvt.is_vtensor(t)], default=0)
         assert mapped >= longest * B * H * D * (4 if dtype == "float32" else 2)
