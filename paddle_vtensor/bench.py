@@ -16,6 +16,7 @@ from .tiny_llama import ModelShape, build_model, random_prompt
 
 
 def run(args) -> int:
+    started = report.now()
     shape = ModelShape(args.hidden_size, args.layers, args.heads, args.kv_heads, args.vocab)
     shape.check()
     if args.input_len < 1 or args.output_len < 3:
@@ -34,14 +35,14 @@ def run(args) -> int:
     model = build_model(shape, args.dtype, args.input_len + args.output_len, args.seed)
     prompt = random_prompt(args.batch, args.input_len, shape.vocab, args.seed)
     warm_up(model, prompt, integration)
-    with _progress(args, integration is not None) as on_step_for:
+    with _progress(args) as on_step_for:
         baseline, plugin = measure_both(model, prompt, args.output_len, args.device, integration, on_step_for,
                                         args.repeats)
 
     identical = None if plugin is None else first_difference(baseline.tokens, plugin.tokens) is None
     result = {
-        "command": "python -m paddle_vtensor " + " ".join(sys.argv[1:]),
-        "date": report.now(),
+        "command": "python -m paddle_vtensor " + " ".join(args.argv),
+        "date": started,
         "machine": report.machine(),
         "config": {"shape": shape.__dict__, "batch": args.batch, "input_len": args.input_len,
                    "output_len": args.output_len, "dtype": args.dtype, "device": args.device, "seed": args.seed,
@@ -69,7 +70,7 @@ def run(args) -> int:
 class _progress:
     """A tqdm bar per measured run (one tick per forward call), on stderr."""
 
-    def __init__(self, args, with_plugin: bool):
+    def __init__(self, args):
         self.args, self.bars = args, []
 
     def __enter__(self):

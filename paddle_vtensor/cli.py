@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import warnings
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -25,21 +26,23 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     _common(demo)
 
-    bench = commands.add_parser("bench", help="decode latency vs context length, time and memory; JSON + PNG")
-    bench.add_argument("--hidden-size", type=int, default=256)
-    bench.add_argument("--layers", type=int, default=4)
-    bench.add_argument("--heads", type=int, default=4)
-    bench.add_argument("--kv-heads", type=int, default=2)
-    bench.add_argument("--vocab", type=int, default=1000)
-    bench.add_argument("--batch", type=int, default=1)
-    bench.add_argument("--input-len", type=int, default=3072, help="prompt tokens (default 3072)")
-    bench.add_argument("--output-len", type=int, default=1024, help="generated tokens (default 1024)")
-    bench.add_argument("--dtype", choices=DTYPES, default="float32")
+    bench = commands.add_parser("bench", help="decode latency vs context length, time and memory; JSON + PNG",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    bench.add_argument("--hidden-size", type=int, default=256, help="model width")
+    bench.add_argument("--layers", type=int, default=4, help="decoder layers")
+    bench.add_argument("--heads", type=int, default=4, help="attention heads")
+    bench.add_argument("--kv-heads", type=int, default=2,
+                       help="key/value heads (fewer than --heads: grouped-query attention)")
+    bench.add_argument("--vocab", type=int, default=1000, help="vocabulary size")
+    bench.add_argument("--batch", type=int, default=1, help="sequences per generate() call")
+    bench.add_argument("--input-len", type=int, default=3072, help="prompt tokens")
+    bench.add_argument("--output-len", type=int, default=1024, help="generated tokens")
+    bench.add_argument("--dtype", choices=DTYPES, default="float32", help="weights and cache (CPU: float32 only)")
     bench.add_argument("--out", metavar="DIR", default="bench_out", help="where bench.json and bench.png go")
     bench.add_argument("--repeats", type=int, default=1,
-                       help="runs per path, alternating; per-step medians are reported (default 1)")
+                       help="runs per path, alternating; per-step medians are reported")
     bench.add_argument("--chunk-kib", type=int, default=None,
-                       help="VTensor mapping chunk in KiB (default: the library's, 2048)")
+                       help="VTensor mapping chunk in KiB; None: the library default (2048)")
     bench.add_argument("--baseline-only", action="store_true", help="skip the plugin run")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     _common(bench)
@@ -52,11 +55,17 @@ def _common(sub: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_args(argv)
+    args.argv = argv  # recorded with the results
     _quiet_third_party()
     import paddle
 
     args.device = _normalise_device(args.device or default_device())
+    if args.device == "cpu" and getattr(args, "dtype", "float32") != "float32":
+        # Checked here because paddle only says so deep inside the first matmul.
+        raise ValueError(f"--dtype {args.dtype} needs --device gpu: paddle's CPU kernels have no "
+                         f"{args.dtype} matmul; use --dtype float32 on the CPU")
     paddle.set_device(args.device)
     if args.command == "demo":
         from . import demo

@@ -27,7 +27,7 @@ def load_ops(out=sys.stdout) -> None:
 
     building = ops_need_building()
     if building:
-        print("Building the paddle_vtensor ops (first run only, about a minute)...", file=out, flush=True)
+        print("Building the paddle_vtensor ops (first run only; 1-3 minutes on a 2-core machine)...", file=out, flush=True)
     started = time.perf_counter()
     _ops.load()
     if building is not False:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import resource
 import time
 from typing import Callable
 
@@ -23,6 +24,9 @@ class Run:
     # generate(). Kept apart: the prefill's activations dwarf the cache, and the plugin's first
     # decode step holds the prefill's dense cache and its VTensor copy at once.
     memory: list[PeakBytes]
+    # Process CPU time and minor page faults over all decode steps (getrusage): where a step's
+    # time goes besides the model's arithmetic (fresh memory is faulted in page by page).
+    decode_usage: dict
     plugin_counters: dict | None = None  # integration.stats(model) after the run, if it has them
 
     @property
@@ -99,13 +103,17 @@ def measure(model, prompt: paddle.Tensor, new_tokens: int, device: str,
             on_step: Callable[[Step], None] | None = None) -> Run:
     memory = PeakMemory(device)
 
-    def after_step(step: Step) -> None:
-        if len(recorder.steps) in (1, 2):  # after the prefill, after the first decode step
-            memory.next_phase()
-        if on_step is not None:
-            on_step(step)
+    usage_at_decode = []
 
-    recorder = StepRecorder(device, after_step).attach(model)
+    def before_call(index: int) -> None:
+        # Phases start as the first and the second decode step begin: by then generate() has
+        # dropped the previous step's cache, so a phase does not inherit it.
+        if index in (1, 2):
+            memory.next_phase()
+        if index == 1:
+            usage_at_decode.append(_usage())
+
+    recorder = StepRecorder(device, on_step, before_call).attach(model)
     try:
         with memory:
             synchronize(device)
@@ -113,9 +121,16 @@ def measure(model, prompt: paddle.Tensor, new_tokens: int, device: str,
             tokens = generate(model, prompt, new_tokens)
             synchronize(device)
             elapsed = time.perf_counter() - started
+            usage = _usage()
     finally:
         recorder.detach()
-    return Run(tokens, elapsed, recorder.steps, memory.phases)
+    decode_usage = {key: usage[key] - usage_at_decode[0][key] for key in usage}
+    return Run(tokens, elapsed, recorder.steps, memory.phases, decode_usage)
+
+
+def _usage() -> dict:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return {"minor_faults": r.ru_minflt, "user_s": r.ru_utime, "sys_s": r.ru_stime}
 
 
 def warm_up(model, prompt: paddle.Tensor, integration) -> None:
@@ -147,7 +162,8 @@ def measure_both(model, prompt, new_tokens, device, integration, on_step_for=Non
 
 def median_run(runs: list[Run]) -> Run:
     """One Run standing for repeats of the same path: per-step median times, median generate()
-    time, each memory source's peak over all repeats; tokens, bytes and counters of the first.
+    time and CPU usage, each memory source's peak over all repeats; tokens, bytes and counters of
+    the first.
     Raises if the repeats generated different tokens (greedy decoding must be deterministic)."""
     first = runs[0]
     for i, run in enumerate(runs[1:], start=1):
@@ -156,7 +172,8 @@ def median_run(runs: list[Run]) -> Run:
     steps = [dataclasses.replace(step, ms=float(np.median([run.steps[i].ms for run in runs])))
              for i, step in enumerate(first.steps)]
     memory = [overall([run.memory[phase] for run in runs]) for phase in range(len(first.memory))]
-    return Run(first.tokens, float(np.median([run.generate_s for run in runs])), steps, memory,
+    usage = {key: float(np.median([run.decode_usage[key] for run in runs])) for key in first.decode_usage}
+    return Run(first.tokens, float(np.median([run.generate_s for run in runs])), steps, memory, usage,
                first.plugin_counters)
 
 

@@ -51,6 +51,7 @@ def run_summary(run: Run) -> dict:
         "first_decode_step_cache_bytes": run.first_decode_cache_bytes(),
         "later_decode_steps_cache_bytes_per_step": run.decode_cache_bytes_per_step(first=2),
         "plugin_counters": run.plugin_counters,
+        "decode_usage": run.decode_usage,
         "cache_in_vtensors": run.cache_in_vtensors(),
         "peak_bytes_first_decode_step": _peaks(run.first_decode_memory),
         "peak_bytes_later_decode_steps": _peaks(run.decode_memory),
@@ -70,8 +71,10 @@ def _peaks(peak: PeakBytes) -> dict:
 
 
 def machine() -> dict:
+    import paddlenlp
+
     info = {"cpu": platform.processor() or "unknown", "cores": os.cpu_count(), "ram_gib": None,
-            "paddle": paddle.__version__, "python": platform.python_version()}
+            "paddle": paddle.__version__, "paddlenlp": paddlenlp.__version__, "python": platform.python_version()}
     try:
         with open("/proc/cpuinfo") as f:
             names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
@@ -104,6 +107,7 @@ def comparison_table(baseline: Run, plugin: Run | None) -> str:
         ("generate() s", lambda r: f"{r.generate_s:.2f}"),
         ("cache written, 1st decode step", lambda r: human_bytes(r.first_decode_cache_bytes())),
         ("cache written/step, later steps", lambda r: human_bytes(r.decode_cache_bytes_per_step(first=2))),
+        ("page faults/decode step", lambda r: f"{r.decode_usage['minor_faults'] / max(1, len(r.decode_steps)):.0f}"),
         ("later steps peak: paddle stats", lambda r: human_bytes(r.decode_memory.paddle_allocated)),
         ("later steps peak: VTensor mapped", lambda r: human_bytes(r.decode_memory.vtensor_mapped)),
         ("later steps peak: tensors+caches", lambda r: human_bytes(r.decode_memory.total)),
@@ -136,6 +140,8 @@ What the numbers are:
                        is one token longer grew in place (one token written); otherwise the step wrote
                        the whole cache (concat copies every past token into new memory; the plugin's
                        first decode step moves the prefill's cache into a VTensor once).
+  page faults          minor page faults of the process per decode step (getrusage): each is a page of
+                       memory the step touched for the first time, e.g. a fresh allocation.
   peaks                each is the high-water mark minus what was held just before generate() (the
                        weights), over: the decode steps after the first ("later steps", the steady
                        state); the first decode step (where the plugin holds the prefill's dense cache

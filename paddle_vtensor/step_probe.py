@@ -36,9 +36,11 @@ class StepRecorder:
     batch * kv_heads * head_dim * element bytes.
     """
 
-    def __init__(self, device: str, on_step: Callable[[Step], None] | None = None):
+    def __init__(self, device: str, on_step: Callable[[Step], None] | None = None,
+                 on_start: Callable[[int], None] | None = None):
         self.device = device
-        self.on_step = on_step
+        self.on_step = on_step  # called with each Step once its call returns
+        self.on_start = on_start  # called with a call's index (0: prefill) before it, untimed
         self.steps: list[Step] = []
         self._handles: list = []
         self._started = 0.0
@@ -55,6 +57,8 @@ class StepRecorder:
         self._handles = []
 
     def _before(self, layer, inputs):
+        if self.on_start is not None:
+            self.on_start(len(self.steps))
         synchronize(self.device)
         self._started = time.perf_counter()
 

@@ -24,7 +24,7 @@ TINY = ["--hidden-size", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2
 LAYERS, TOKEN_BYTES, INPUT_LEN, OUTPUT_LEN = 2, 2 * 2 * 16 * 4, 12, 6
 RUN_KEYS = {"generate_s", "prefill_ms", "decode_ms_per_token_median", "decode_ms_per_token_mean",
             "decode_cache_bytes_per_step", "first_decode_step_cache_bytes",
-            "later_decode_steps_cache_bytes_per_step", "plugin_counters", "cache_in_vtensors",
+            "later_decode_steps_cache_bytes_per_step", "plugin_counters", "decode_usage", "cache_in_vtensors",
             "peak_bytes_first_decode_step", "peak_bytes_later_decode_steps", "peak_bytes_whole_generate",
             "steps"}
 PEAK_KEYS = {"paddle_allocated", "vtensor_mapped", "paddle_plus_vtensor", "process_rss"}
@@ -43,6 +43,8 @@ def test_bench_writes_json_with_every_key(bench_result):
     assert {"command", "date", "machine", "config", "tokens_identical", "baseline", "plugin"} <= result.keys()
     assert result["config"]["input_len"] == INPUT_LEN and result["config"]["output_len"] == OUTPUT_LEN
     assert result["config"]["repeats"] == 2
+    assert result["command"].startswith("python -m paddle_vtensor bench --hidden-size 64")
+    assert set(result["baseline"]["decode_usage"]) == {"minor_faults", "user_s", "sys_s"}
     assert set(result["baseline"]) == RUN_KEYS
     for phase in ("peak_bytes_first_decode_step", "peak_bytes_later_decode_steps", "peak_bytes_whole_generate"):
         assert set(result["baseline"][phase]) == PEAK_KEYS
@@ -118,6 +120,11 @@ def test_bench_rejects_heads_that_do_not_divide_hidden(tmp_path):
 def test_bench_rejects_too_few_output_tokens(tmp_path):
     with pytest.raises(ValueError, match="--output-len"):
         main(["bench", *TINY, "--output-len", "2", "--out", str(tmp_path)])
+
+
+def test_bench_rejects_half_precision_on_cpu(tmp_path):
+    with pytest.raises(ValueError, match="--dtype bfloat16 needs --device gpu"):
+        main(["bench", *TINY, "--dtype", "bfloat16", "--out", str(tmp_path)])
 
 
 def test_demo_tiny_reports_its_comparison(tmp_path):
