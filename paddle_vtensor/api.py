@@ -112,7 +112,7 @@ def from_dense(x: paddle.Tensor, max_seq_len: int | None = None, chunk_bytes: in
     return _logical(_run("vtensor_from_dense", x, m, c))
 
 
-def _prepare_cache(cache: paddle.Tensor, op: str, m: int, c: int) -> paddle.Tensor:
+def _prepare_cache(cache: paddle.Tensor, m: int, c: int) -> paddle.Tensor:
     # A plain tensor is migrated with from_dense (one copy); transposing it and letting the op
     # migrate would cost a second copy, since Paddle makes non-contiguous op inputs contiguous.
     storage = storage_view(cache)
@@ -134,7 +134,7 @@ def append(cache: paddle.Tensor, tokens: paddle.Tensor, max_seq_len: int | None 
     _check_rank4(tokens, "tokens", "append")
     m, c = _attrs(max_seq_len, chunk_bytes)
     _check_match(cache, tokens, "vtensor_append")
-    return _logical(_run("vtensor_append", _prepare_cache(cache, "vtensor_append", m, c), tokens, m, c))
+    return _logical(_run("vtensor_append", _prepare_cache(cache, m, c), tokens, m, c))
 
 
 def reserve_one_token(cache: paddle.Tensor, token: paddle.Tensor, max_seq_len: int | None = None,
@@ -147,7 +147,7 @@ def reserve_one_token(cache: paddle.Tensor, token: paddle.Tensor, max_seq_len: i
     _check_rank4(token, "token", "reserve_one_token")
     m, c = _attrs(max_seq_len, chunk_bytes)
     _check_match(cache, token, "vtensor_reserve_one_token")
-    storage = _prepare_cache(cache, "vtensor_reserve_one_token", m, c)
+    storage = _prepare_cache(cache, m, c)
     return _logical(_run("vtensor_reserve_one_token", storage, token, m, c))
 
 
@@ -212,13 +212,12 @@ _STAT_KEYS = ("reserved_bytes", "mapped_bytes", "peak_mapped_bytes", "live_regio
 
 
 def _device(device) -> tuple[int, int]:
-    if device is None:
-        device = paddle.device.get_device()
-    name = str(device).lower()
-    if name.startswith("cpu") or name == "place(cpu)":
+    """'cpu' / 'gpu' / 'gpu:N' / a Place -> (kind, index) as the C entry points take them."""
+    name = str(paddle.device.get_device() if device is None else device).lower()
+    if "cpu" in name:
         return 0, 0
-    if name.startswith("gpu") or "gpu" in name:
-        digits = "".join(ch for ch in name.split(":")[-1] if ch.isdigit())
+    if "gpu" in name:
+        digits = "".join(ch for ch in name.rsplit(":", 1)[-1] if ch.isdigit())
         return 1, int(digits or 0)
     raise ValueError(f"memory_stats: unsupported device {device!r} (use 'cpu' or 'gpu:N')")
 

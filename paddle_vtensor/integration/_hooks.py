@@ -20,7 +20,6 @@ Nothing here calls a Paddle op on a cache except the two plugin ops, for the sam
 from __future__ import annotations
 
 import contextvars
-import ctypes
 import dataclasses
 import functools
 import inspect
@@ -28,7 +27,7 @@ import types
 
 import paddle
 
-from .. import _ops, api
+from .. import api
 from ..attention import decode_attention
 
 _CACHE_DTYPES = (paddle.float32, paddle.float16, paddle.bfloat16)
@@ -58,18 +57,6 @@ class ModelState:
 ACTIVE: contextvars.ContextVar[ModelState | None] = contextvars.ContextVar("paddle_vtensor_active", default=None)
 
 
-def is_vtensor(x) -> bool:
-    """api.is_vtensor without any Paddle op on x (which would copy a non-contiguous cache)."""
-    if not isinstance(x, paddle.Tensor):
-        return False
-    try:
-        ptr = x.data_ptr()
-    except Exception:  # no storage
-        return False
-    info = (ctypes.c_int64 * 6)()
-    return bool(_ops.lib().pvt_find_cache(ctypes.c_void_p(ptr), info))
-
-
 def _is_cache_concat(x, axis) -> bool:
     if not isinstance(x, (list, tuple)) or len(x) != 2 or not isinstance(axis, int) or axis != 1:
         return False
@@ -86,21 +73,18 @@ def cache_append(state: ModelState, past: paddle.Tensor, new: paddle.Tensor) -> 
         raise UnsupportedModelError(
             "paddle_vtensor: VTensor caches carry no gradients; run the model under paddle.no_grad() "
             "(generate() does) or call paddle_vtensor.remove(model) first")
-    storage = api.storage_view(past)  # a free view; contiguous for a whole VTensor
+    # The prefill's dense cache (or a view we cannot write through) is migrated: one copy.
+    migrating = not (api.is_vtensor(past) and api.storage_view(past).is_contiguous())
     try:
-        if not (is_vtensor(past) and storage.is_contiguous()):
-            state.migrations += 1  # the prefill cache (or a view we cannot write through): one copy
-            return api.append(past, new, max_seq_len=state.max_seq_len, chunk_bytes=state.chunk_bytes)
-        chunk_bytes = state.chunk_bytes or api.configure().chunk_bytes
-        out = api.storage_view(_ops.ops().vtensor_append(storage, new, state.max_seq_len, chunk_bytes))
-    except Exception as e:
-        if "OutOfRange" not in str(e):
-            raise
-        raise RuntimeError(
+        out = api.append(past, new, max_seq_len=state.max_seq_len, chunk_bytes=state.chunk_bytes)
+    except api.ReservationFullError as e:
+        raise api.ReservationFullError(
             f"paddle_vtensor: the KV cache is full ({past.shape[1]} tokens + {new.shape[1]} new; "
             f"{state.max_seq_len} reserved): pass a larger max_seq_len to paddle_vtensor.apply() "
             f"(the cache is unchanged)") from e
-    if out.data_ptr() == past.data_ptr():
+    if migrating:
+        state.migrations += 1
+    elif out.data_ptr() == past.data_ptr():
         state.appends_in_place += 1
     else:
         state.appends_copied += 1  # copy-on-write: a longer live view already saw this position
@@ -125,7 +109,7 @@ class PaddleProxy(types.ModuleType):
         return self._real.concat(x, axis=axis, name=name)
 
     def shape(self, input):
-        if ACTIVE.get() is not None and is_vtensor(input):
+        if ACTIVE.get() is not None and api.is_vtensor(input):
             return self._real.to_tensor(input.shape, dtype=_SHAPE_DTYPE)
         return self._real.shape(input)
 
@@ -134,7 +118,7 @@ _SHAPE_DTYPE = paddle.shape(paddle.zeros([1])).dtype
 
 
 def both_vtensors(k, v) -> bool:
-    return is_vtensor(k) and is_vtensor(v)
+    return api.is_vtensor(k) and api.is_vtensor(v)
 
 
 def run_decode_attention(state: ModelState, q, k, v, mask) -> paddle.Tensor:
@@ -181,7 +165,7 @@ def wrap_sdpa(original):
 def wrap_repeat_kv(original):
     @functools.wraps(original)
     def repeat_kv(hidden_states, n_rep):
-        if ACTIVE.get() is not None and n_rep > 1 and is_vtensor(hidden_states):
+        if ACTIVE.get() is not None and n_rep > 1 and api.is_vtensor(hidden_states):
             return hidden_states  # the decode attention maps query heads to kv heads itself
         return original(hidden_states, n_rep)
 
