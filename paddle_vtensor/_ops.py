@@ -21,11 +21,29 @@ def _cache_dir() -> str:
     return base
 
 
+def _jit_dir(cuda: bool) -> str:
+    return os.path.join(_cache_dir(), _build.source_digest(cuda))
+
+
+def _use_installed() -> bool:
+    from . import _installed_check
+
+    return os.environ.get("PADDLE_VTENSOR_JIT") != "1" and _installed_check.installed_is_current()
+
+
+def needs_build() -> bool:
+    """True when load() will compile: no current installed build and no cached just-in-time one."""
+    if load.cache_info().currsize or _use_installed():
+        return False
+    return not glob.glob(os.path.join(_jit_dir(_build.with_cuda()), "**", _build.EXTENSION_NAME + "*.so"),
+                         recursive=True)
+
+
 def _jit_build() -> tuple[types.ModuleType, str]:
     from paddle.utils import cpp_extension
 
     cuda = _build.with_cuda()
-    build_dir = os.path.join(_cache_dir(), _build.source_digest(cuda))
+    build_dir = _jit_dir(cuda)
     os.makedirs(build_dir, exist_ok=True)
     # Processes building the same sources at once would overwrite each other's objects.
     with open(os.path.join(build_dir, ".lock"), "w") as lock:
@@ -58,10 +76,9 @@ def _installed() -> tuple[types.ModuleType, str] | None:
     PADDLE_VTENSOR_JIT=1 forces the just-in-time build."""
     from . import _installed_check
 
-    if os.environ.get("PADDLE_VTENSOR_JIT") == "1" or not _installed_check.installed_is_current():
+    if not _use_installed():
         return None
-    path = _installed_check.installed_library()
-    return importlib.import_module(_build.EXTENSION_NAME), path
+    return importlib.import_module(_build.EXTENSION_NAME), _installed_check.installed_library()
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,23 +1,16 @@
 """Loading the compiled ops from the command line, saying so when it means a first-time build."""
 from __future__ import annotations
 
-import glob
-import os
 import sys
 import time
 
 
 def ops_need_building() -> bool | None:
-    """True when load() will compile (no current installed build, no cached just-in-time build),
-    None when that cannot be told."""
+    """True when loading will compile, None when that cannot be told."""
     try:
-        from . import _build, _installed_check, _ops
+        from . import _ops
 
-        if os.environ.get("PADDLE_VTENSOR_JIT") != "1" and _installed_check.installed_is_current():
-            return False
-        folder = os.path.join(_ops._cache_dir(), _build.source_digest(_build.with_cuda()))
-        pattern = os.path.join(folder, "**", _build.EXTENSION_NAME + "*.so")
-        return not glob.glob(pattern, recursive=True)
+        return _ops.needs_build()
     except Exception:  # a layout this check does not know: load() still works, we just can't tell
         return None
 
