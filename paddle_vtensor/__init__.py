@@ -23,8 +23,22 @@ from .api import (
 )
 
 from .attention import decode_attention
-from . import integration, passes, static_export
-from .integration import UnsupportedModelError, applied, apply, remove
+
+# The PaddleNLP integration, the static-graph pass and the exporter load on first use, so
+# `import paddle_vtensor` costs only the tensor API (and builds or loads no ops yet).
+_LAZY_MODULES = ("integration", "passes", "static_export")
+_LAZY_NAMES = {"UnsupportedModelError": "integration", "applied": "integration", "apply": "integration",
+               "remove": "integration"}
+
+
+def __getattr__(name):
+    import importlib
+
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name in _LAZY_NAMES:
+        return getattr(importlib.import_module(f".{_LAZY_NAMES[name]}", __name__), name)
+    raise AttributeError(f"module 'paddle_vtensor' has no attribute {name!r}")
 
 __version__ = "0.1.0"
 

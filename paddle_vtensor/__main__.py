@@ -1,6 +1,6 @@
 """``python -m paddle_vtensor demo|bench``."""
 import sys
 
-from .cli import main
+from .tools.cli import main
 
 sys.exit(main())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import sys
+import time
 import functools
 import glob
 import importlib
@@ -106,4 +108,18 @@ def lib() -> ctypes.CDLL:
     return load()[1]
 
 
-__all__ = ["load", "ops", "lib"]
+def load_ops(out=sys.stdout) -> None:
+    """load(), saying so on `out` when it means a first-time build (the command line uses this)."""
+    try:
+        building = needs_build()
+    except Exception:  # a layout this check does not know: load() still works, we just can't tell
+        building = None
+    if building:
+        print("Building the paddle_vtensor ops (first run only; 1-3 minutes on a 2-core machine)...", file=out, flush=True)
+    started = time.perf_counter()
+    load()
+    if building is not False:
+        print(f"ops ready ({time.perf_counter() - started:.0f} s)", file=out, flush=True)
+
+
+__all__ = ["load", "load_ops", "ops", "lib"]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from paddle_vtensor.cli import main
+from paddle_vtensor.tools.cli import main
 
 # Only a missing package skips the plugin checks; an integration that fails to import fails them.
 INTEGRATION = importlib.util.find_spec("paddle_vtensor.integration")

@@ -45,6 +45,35 @@ struct DecodeAttentionParams {
   ScalarType mask_type = ScalarType::kBool;
   int64_t mask_stride[4] = {0, 0, 0, 0};  // for (b, h, t, s)
 
+  // ---- Variable lengths: slot caches, inflight batching, speculative verify. All optional, all
+  // int32 arrays in the memory the kernel runs on (device memory for CUDA: read there by the
+  // kernel, never by the host). No mask may be given with them.
+  //
+  // cu_seqlens_q [batch + 1]: packed queries. Entry b owns query rows cu_seqlens_q[b] ..
+  //   cu_seqlens_q[b+1] - 1 of q and out; q_stride[1] / out_stride[1] step one row, q_stride[0] /
+  //   out_stride[0] are unused, q_len is an upper bound on any entry's query count. Null: every
+  //   entry has q_len queries at rows b*Tq + t as above.
+  const int32_t* cu_seqlens_q = nullptr;
+  // kv_batch_index [batch]: the cache row (slot) entry b reads, i.e. the `b` of k_stride[1].
+  //   Null: entry b reads row b.
+  const int32_t* kv_batch_index = nullptr;
+  // cache_seqlens [cache rows]: per-slot lengths BEFORE this step's new tokens, flash-attn's
+  //   `cache_seqlens`. Entry b attends over n_b = cache_seqlens[row(b)] + q_b keys (its q_b new tokens
+  //   were written right after), causal: its query t sees keys s < cache_seqlens[row(b)] + t + 1.
+  //   kv_len is then an upper bound on any n_b, known to the host without reading the device (it
+  //   sizes split-KV work). Null: every entry has kv_len keys, causal as described at `mask`.
+  const int32_t* cache_seqlens = nullptr;
+  // kv_mapped [cache rows]: tokens of each row backed by mapped memory. An entry with n_b > kv_mapped
+  //   is not read: its output is zeros, its lse -inf, and *error_flag gets 1 (never a fault on
+  //   unmapped memory). Null: the caller guarantees every read is mapped.
+  const int32_t* kv_mapped = nullptr;
+  int32_t* error_flag = nullptr;  // set to 1 (never cleared) by an entry refused above; may be null
+
+  // Optional float32 log-sum-exp per query and head: lse[row * q_heads + h] = log(sum_s exp(score))
+  // with score = scale * q.k (+ mask), natural log; -inf for a query that sees no key. row = b*Tq + t,
+  // or the packed row with cu_seqlens_q. Used to merge partial attention (sequence parallelism).
+  float* lse = nullptr;
+
   // CUDA only: scratch memory for splitting S across blocks (decode_attention_cuda_workspace_bytes).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;

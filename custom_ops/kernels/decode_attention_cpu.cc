@@ -173,6 +173,11 @@ Status check_decode_attention_params(const DecodeAttentionParams& p) {
 
 Status decode_attention_cpu(const DecodeAttentionParams& p) {
   PVT_RETURN_IF_ERROR(check_decode_attention_params(p));
+  // Interim: the variable-length and lse fields are declared (decode_attention.h) but not yet
+  // implemented by this kernel; refuse them rather than ignore them.
+  if (p.cu_seqlens_q || p.kv_batch_index || p.cache_seqlens || p.kv_mapped || p.lse) {
+    return Status(Code::kUnsupported, "decode_attention_cpu: variable lengths and lse are not implemented yet");
+  }
   const int64_t B = p.batch, Tq = p.q_len, S = p.kv_len, D = p.head_dim;
   const int64_t G = p.q_heads / p.kv_heads;
   const int64_t R = G * Tq;  // query rows sharing one kv head: row r = g * Tq + t

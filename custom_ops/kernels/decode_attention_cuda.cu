@@ -412,6 +412,11 @@ size_t decode_attention_cuda_workspace_bytes(const DecodeAttentionParams& p) {
 
 Status decode_attention_cuda(const DecodeAttentionParams& p, void* stream) {
   PVT_RETURN_IF_ERROR(check_decode_attention_params(p));
+  // Interim: the variable-length and lse fields are declared (decode_attention.h) but not yet
+  // implemented by this kernel; refuse them rather than ignore them.
+  if (p.cu_seqlens_q || p.kv_batch_index || p.cache_seqlens || p.kv_mapped || p.lse) {
+    return Status(Code::kUnsupported, "decode_attention_cuda: variable lengths and lse are not implemented yet");
+  }
   if (p.head_dim > kCudaMaxHeadDim) {
     return Status(Code::kUnsupported, "decode_attention_cuda: head_dim " + std::to_string(p.head_dim) +
                                           " is larger than the supported " + std::to_string(kCudaMaxHeadDim));

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from . import report
-from .ops_loading import load_ops
+from .._ops import load_ops
 from .paired_run import first_difference, load_integration, measure_both, warm_up
 from .tiny_llama import ModelShape, build_model, random_prompt
 
@@ -18,6 +18,13 @@ DEMO = {"shape": ModelShape(hidden_size=256, layers=4, heads=4, kv_heads=2, voca
 TINY = {"shape": ModelShape(hidden_size=64, layers=2, heads=4, kv_heads=2, vocab=128),
         "batch": 2, "input_len": 16, "new_tokens": 8}
 DTYPE = "float32"
+
+
+def add_parser(commands, common) -> None:
+    demo = commands.add_parser("demo", help="same tokens with and without the plugin, and what each cost")
+    demo.add_argument("--tiny", action="store_true", help="a model and run small enough for seconds (tests)")
+    demo.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    common(demo)
 
 
 def run(args) -> int:

@@ -9,10 +9,38 @@ import sys
 
 import numpy as np
 
-from . import api, report
-from .ops_loading import load_ops
+from .. import api
+from . import report
+from .._ops import load_ops
 from .paired_run import first_difference, load_integration, measure_both, warm_up
 from .tiny_llama import ModelShape, build_model, random_prompt
+
+
+def add_parser(commands, common) -> None:
+    import argparse
+
+    from .cli import DTYPES
+
+    bench = commands.add_parser("bench", help="decode latency vs context length, time and memory; JSON + PNG",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    bench.add_argument("--hidden-size", type=int, default=256, help="model width")
+    bench.add_argument("--layers", type=int, default=4, help="decoder layers")
+    bench.add_argument("--heads", type=int, default=4, help="attention heads")
+    bench.add_argument("--kv-heads", type=int, default=2,
+                       help="key/value heads (fewer than --heads: grouped-query attention)")
+    bench.add_argument("--vocab", type=int, default=1000, help="vocabulary size")
+    bench.add_argument("--batch", type=int, default=1, help="sequences per generate() call")
+    bench.add_argument("--input-len", type=int, default=3072, help="prompt tokens")
+    bench.add_argument("--output-len", type=int, default=1024, help="generated tokens")
+    bench.add_argument("--dtype", choices=DTYPES, default="float32", help="weights and cache (CPU: float32 only)")
+    bench.add_argument("--out", metavar="DIR", default="bench_out", help="where bench.json and bench.png go")
+    bench.add_argument("--repeats", type=int, default=1,
+                       help="runs per path, alternating; per-step medians are reported")
+    bench.add_argument("--chunk-kib", type=int, default=None,
+                       help="VTensor mapping chunk in KiB; None: the library default (2048)")
+    bench.add_argument("--baseline-only", action="store_true", help="skip the plugin run")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    common(bench)
 
 
 def run(args) -> int:

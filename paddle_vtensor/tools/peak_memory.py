@@ -36,7 +36,7 @@ def paddle_counts_vtensor(device: str) -> bool:
     """Whether mapping VTensor memory raises paddle's "Allocated" stat on ``device`` (the ops may
     report their mappings to paddle; adding the two would then count the cache twice). Found by
     making one small VTensor and watching both counters."""
-    from . import api
+    from .. import api
 
     dense = paddle.zeros([1, 1, 1, 1], dtype="float32")
     allocated, mapped = _paddle_allocated(device), api.memory_stats(device)["mapped_bytes"]
@@ -56,7 +56,7 @@ class PeakMemory:
         self.phases: list[PeakBytes] = []
 
     def __enter__(self) -> "PeakMemory":
-        from . import api
+        from .. import api
 
         paddle_counts_vtensor(self.device)  # probe now, not inside the measured block
         self._paddle_start = _paddle_allocated(self.device)
@@ -73,14 +73,14 @@ class PeakMemory:
         self.phases.append(self._read())
 
     def _reset(self) -> None:
-        from . import api
+        from .. import api
 
         _reset_paddle_peak(self.device)
         api.reset_peak_mapped(self.device)
         self._rss_resettable = _reset_rss_high_water()
 
     def _read(self) -> PeakBytes:
-        from . import api
+        from .. import api
 
         rss_peak = _status_kib("VmHWM") if self._rss_resettable and self._rss_start is not None else None
         return PeakBytes(

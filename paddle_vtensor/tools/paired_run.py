@@ -71,7 +71,7 @@ class Run:
 def load_integration():
     """(paddle_vtensor.integration, None), or (None, why) when it cannot be imported."""
     try:
-        from . import integration
+        from .. import integration
         integration.apply, integration.remove  # noqa: B018 - the interface this module relies on
     except (ImportError, AttributeError) as e:
         return None, f"paddle_vtensor.integration could not be used ({type(e).__name__}: {e})"

@@ -77,7 +77,7 @@ class StepRecorder:
     def _account(self, cache, new_tokens: int) -> tuple[int | None, bool | None, int]:
         if cache is None:
             return None, None, -1
-        from .api import is_vtensor
+        from ..api import is_vtensor
 
         written, all_vtensors, context = 0, True, -1
         for layer, pair in enumerate(cache):
