@@ -306,6 +306,11 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // K/V are read: let the merge kernel (launched with programmatic stream serialization) start its
+  // launch now; it waits for this grid's results in griddepcontrol.wait.
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
   // Merge the key groups of each warp (lanes with the same lk), then the warps.
 #pragma unroll
   for (int off = LANES; off < 32; off *= 2) {
@@ -384,6 +389,9 @@ __global__ void merge_splits_kernel(const DecodeAttentionParams p, const int64_t
   const int64_t g = blockIdx.x, D = p.head_dim, Tq = p.q_len;
   const int64_t rows_total = p.batch * p.q_heads * Tq;
   const int64_t t = g % Tq, h = (g / Tq) % p.q_heads, b = g / (Tq * p.q_heads);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the main kernel's partials are complete
+#endif
   const Entry e = entry_of(p, b);
   if (t >= e.q_count) return;
   float mx = -INFINITY;
@@ -426,11 +434,8 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 // Tuning knob for benchmarks of the split heuristic: PVT_DECODE_SPLITS=n forces n splits (clamped
 // to the valid range). Unset in normal use.
 int64_t forced_splits() {
-  static const int64_t n = [] {
-    const char* s = std::getenv("PVT_DECODE_SPLITS");
-    return s ? std::atoll(s) : 0;
-  }();
-  return n;
+  const char* s = std::getenv("PVT_DECODE_SPLITS");  // read per call: a sweep sets it between calls
+  return s ? std::atoll(s) : 0;
 }
 
 // Splits of the keys: a model of the time, waves of blocks x work per block. A block costs its keys
@@ -601,9 +606,18 @@ Status launch_typed(const DecodeAttentionParams& p, Plan plan, cudaStream_t stre
   }
   PVT_RETURN_IF_ERROR(dispatch<T>(p, &plan, ws, stream, true));
   if (plan.splits > 1) {
-    const int threads = static_cast<int>(std::min<int64_t>(256, (p.head_dim + 31) / 32 * 32));
-    merge_splits_kernel<T><<<static_cast<unsigned>(plan.rows_total), threads, 0, stream>>>(p, plan.splits, ws);
-    PVT_CU_CHECK(cudaGetLastError());
+    // Programmatic dependent launch (Hopper): the merge's launch overlaps the main kernel's tail
+    // instead of following its end; older GPUs ignore the attribute and serialise as usual.
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(plan.rows_total));
+    cfg.blockDim = dim3(static_cast<unsigned>(std::min<int64_t>(256, (p.head_dim + 31) / 32 * 32)));
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    PVT_CU_CHECK(cudaLaunchKernelEx(&cfg, merge_splits_kernel<T>, p, plan.splits, ws));
   }
   return Status::Ok();
 }

@@ -32,20 +32,24 @@ dev, dt = "cuda", torch.float16
 
 def weights(kvh):
     g = torch.Generator(device=dev).manual_seed(0)
-    def w(*shape):
-        return (torch.randn(*shape, device=dev, dtype=dt, generator=g) * 0.02)
+    def w(*shape):  # scaled by 1/sqrt(fan_in): activations stay O(1) through 32 layers
+        return torch.randn(*shape, device=dev, dtype=dt, generator=g) * shape[0] ** -0.5
     return [dict(qkv=w(HID, (H + 2 * kvh) * D), o=w(H * D, HID), up=w(HID, 2 * MLP), down=w(MLP, HID)) for _ in range(L)]
+
+
+def rms_norm(x):  # Llama's RMSNorm (unit weight)
+    return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
 
 
 def layer(x, w, attend, kvh):
     B = x.shape[0]
-    qkv = x @ w["qkv"]
+    qkv = rms_norm(x) @ w["qkv"]
     q = qkv[:, :H * D].view(B, 1, H, D)
     k = qkv[:, H * D:(H + kvh) * D].view(B, 1, kvh, D)
     v = qkv[:, (H + kvh) * D:].view(B, 1, kvh, D)
     a = attend(q, k, v).reshape(B, H * D)
     x = x + a @ w["o"]
-    g, u = (x @ w["up"]).chunk(2, dim=-1)
+    g, u = (rms_norm(x) @ w["up"]).chunk(2, dim=-1)
     return x + (F.silu(g) * u) @ w["down"]
 
 

@@ -22,5 +22,6 @@ tail -3 "$out/test_decode_attention.log"; grep FAIL "$out/test_decode_attention.
 wait $ext
 tail -2 "$out/build_ext.log"
 python3 tests/gpu/bench_attention.py "$out/bench_attention.json" $quick 2>&1 | tee "$out/bench_attention.log" | cut -c1-400
+[ -n "$quick" ] || [ -n "${NO_SWEEP:-}" ] || python3 tests/gpu/bench_attention.py "$out/splits_sweep.json" --sweep 2>&1 | tee "$out/splits_sweep.log" | cut -c1-300
 python3 tests/gpu/llama_loop.py "$out/llama_mha.json" --kv-heads 32 $quick 2>&1 | tee "$out/llama_mha.log"
 [ -n "$quick" ] || python3 tests/gpu/llama_loop.py "$out/llama_gqa.json" --kv-heads 8 2>&1 | tee "$out/llama_gqa.log"
