@@ -30,62 +30,18 @@
 
 #include "../core/cuda_check.h"
 #include "decode_attention.h"
+#include "decode_attention_common_cuda.cuh"
+#include "decode_attention_rows_cuda.cuh"
 
 namespace pvt {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
+using namespace decode_cuda;  // NOLINT: the kernels' shared helpers
+
 constexpr int kTile = 4;                  // KU: keys per key group whose loads are in flight together
-constexpr int64_t kMinKeysPerSplit = 64;  // below this a split costs more than it saves
+constexpr int64_t kMinKeysPerSplit = 128;  // below this a split costs more than it saves
 constexpr int kMaxSplits = 128;
 constexpr int kFallbackChunks = 8;        // scalar path: 32 lanes x 8 elements = head_dim 256
-
-template <typename T> __device__ __forceinline__ float to_float(T x);
-template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-// Additive mask value: bool false -> -inf.
-__device__ __forceinline__ float mask_value(const void* mask, int64_t i, ScalarType t) {
-  switch (t) {
-    case ScalarType::kBool: return static_cast<const uint8_t*>(mask)[i] ? 0.f : -INFINITY;
-    case ScalarType::kFloat32: return static_cast<const float*>(mask)[i];
-    case ScalarType::kFloat16: return __half2float(static_cast<const __half*>(mask)[i]);
-    case ScalarType::kBFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(mask)[i]);
-  }
-  return 0.f;
-}
-
-// One chunk as it comes from memory: 16 bytes, or one element on the scalar path.
-template <typename T, int VEC>
-using Raw = std::conditional_t<VEC * sizeof(T) == 16, uint4, T>;
-
-template <typename T, int VEC>
-__device__ __forceinline__ Raw<T, VEC> load_raw(const T* p) {
-  if constexpr (VEC * sizeof(T) == 16) {
-    return __ldg(reinterpret_cast<const uint4*>(p));
-  } else {
-    static_assert(VEC == 1, "vector loads are 16 bytes or one element");
-    return p[0];
-  }
-}
-
-template <typename T, int VEC>
-__device__ __forceinline__ void unpack(const Raw<T, VEC>& raw, float* dst) {
-  if constexpr (VEC * sizeof(T) == 16) {
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) dst[i] = to_float(e[i]);
-  } else {
-    dst[0] = to_float(raw);
-  }
-}
 
 struct Plan {
   bool vectorised = false;
@@ -97,74 +53,12 @@ struct Plan {
   int64_t splits = 1;
   int64_t keys_per_split = 0;
   int64_t rows_total = 0;  // B * Hq * Tq: rows of the workspace
+  bool rows_kernel = false;  // decode_attention_rows_kernel: K/V tiles in shared memory, a row per warp
 };
 
-struct Workspace {
-  float* acc = nullptr;  // [splits, rows_total, D]
-  float* ml = nullptr;   // [splits, rows_total, 2]: running max, sum
-};
-
-// What one entry b sees, from the optional variable-length arrays (decode_attention.h).
-struct Entry {
-  int64_t q_begin = 0;  // first packed query row (cu_seqlens_q) or b * Tq
-  int64_t q_count = 0;  // query rows of this entry
-  int64_t kv_row = 0;   // the cache row (slot) it reads
-  int64_t past = 0;     // keys before this step's queries: query t sees keys s < past + t + 1
-  int64_t n = 0;        // keys it reads (0 when refused)
-  bool refused = false; // past the mapped tokens or the host's bound: zeros, lse -inf, error flag
-};
-
-__device__ __forceinline__ Entry entry_of(const DecodeAttentionParams& p, int64_t b) {
-  Entry e;
-  if (p.mask != nullptr) {  // masked (no varlen fields allowed): every key of kv_len, the mask decides
-    e.q_begin = b * p.q_len;
-    e.q_count = p.q_len;
-    e.kv_row = b;
-    e.n = p.kv_len;
-    e.past = p.kv_len - p.q_len;
-    return e;
-  }
-  e.q_begin = p.cu_seqlens_q ? p.cu_seqlens_q[b] : b * p.q_len;
-  e.q_count = p.cu_seqlens_q ? p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] : p.q_len;
-  e.kv_row = p.kv_batch_index ? p.kv_batch_index[b] : b;
-  e.past = p.cache_seqlens ? p.cache_seqlens[e.kv_row] : p.kv_len - e.q_count;
-  e.n = e.past + e.q_count;
-  // Lengths the host's plan does not cover (kv_len is the bound that sized the splits), negative
-  // ones, more queries than q_len, or keys past the mapped memory: never read.
-  e.refused = e.q_count < 0 || e.q_count > p.q_len || e.past < 0 || e.n > p.kv_len ||
-              (p.kv_mapped != nullptr && e.n > p.kv_mapped[e.kv_row]);
-  if (e.refused) e.n = 0;
-  return e;
-}
-
-// Merge (m_b, l_b, acc_b) into (m, l, acc): both are softmax partials over disjoint key sets.
-__device__ __forceinline__ void merge_scales(float m, float m_b, float* ca, float* cb, float* m_new) {
-  *m_new = fmaxf(m, m_b);
-  if (*m_new == -INFINITY) {
-    *ca = 0.f;
-    *cb = 0.f;
-  } else {
-    *ca = __expf(m - *m_new);
-    *cb = __expf(m_b - *m_new);
-  }
-}
-
-// Writes one finished row: out = acc / sum (zeros when the row saw nothing), lse = m + log(sum).
-template <typename T>
-__device__ __forceinline__ void write_row(const DecodeAttentionParams& p, const Entry& e, int64_t b, int64_t t, int64_t h,
-                                          int64_t d, float mx, float sum, float a) {
-  T* out = static_cast<T*>(p.out);
-  const bool seen = sum > 0.f && !e.refused;
-  const int64_t prow = e.q_begin + t;  // packed row when cu_seqlens_q is given
-  const int64_t o = p.cu_seqlens_q ? prow * p.out_stride[1] + h * p.out_stride[2] + d * p.out_stride[3]
-                                   : b * p.out_stride[0] + t * p.out_stride[1] +
-                                         h * p.out_stride[2] + d * p.out_stride[3];
-  out[o] = from_float<T>(seen ? a / sum : 0.f);
-  if (p.lse != nullptr && d == 0) p.lse[prow * p.q_heads + h] = seen ? mx + logf(sum) : -INFINITY;
-}
 
 template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, (ROWS == 1 && !MASKED && VEC > 1) ? 6 : 1)
     decode_attention_kernel(const DecodeAttentionParams p, const int64_t keys_per_split, const int64_t splits,
                             Workspace ws) {
   constexpr int E = VEC * CPL;  // elements of one row a lane holds
@@ -438,28 +332,16 @@ int64_t forced_splits() {
   return s ? std::atoll(s) : 0;
 }
 
-// Splits of the keys: a model of the time, waves of blocks x work per block. A block costs its keys
-// plus a fixed overhead (launch, q load, merge of its partial: about kMinKeysPerSplit keys' worth);
-// ceil(blocks / resident slots) waves run one after another. The smallest split count within 3% of
-// the best is taken (fewer partials to merge). Host-known sizes only: capturable in a CUDA graph.
+// Splits of the keys: as many as make ONE full wave of resident blocks (SMs x blocks per SM at the
+// kernel's occupancy), never a split of fewer than kMinKeysPerSplit keys. A sweep of forced split
+// counts on the H200 (docs/PERFORMANCE_H200.md) found the time flat or rising past one wave (more
+// partials to write and merge, blocks queued behind others) and rising steeply below it (SMs idle).
+// Host-known sizes only: capturable in a CUDA graph.
 int64_t choose_splits(int64_t base_blocks, int64_t kv_len, int64_t slots) {
   const int64_t max_splits =
       std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, (kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit));
   if (forced_splits() > 0) return std::min(forced_splits(), max_splits);
-  auto cost = [&](int64_t s) {
-    const int64_t kps = (kv_len + s - 1) / s;
-    const int64_t waves = (base_blocks * s + slots - 1) / slots;
-    // Partly filled last wave: blocks of a wave run concurrently, so a wave costs one block's time
-    // whether full or not; but with few blocks per SM a wave is not bandwidth-bound either, so a
-    // fractional wave term keeps tiny grids from looking free.
-    const double fill = static_cast<double>(base_blocks * s) / static_cast<double>(waves * slots);
-    return static_cast<double>(waves) * static_cast<double>(kps + kMinKeysPerSplit) / std::min(1.0, 0.5 + fill);
-  };
-  double best = cost(1);
-  for (int64_t s = 2; s <= max_splits; ++s) best = std::min(best, cost(s));
-  for (int64_t s = 1; s <= max_splits; ++s)
-    if (cost(s) <= best * 1.03) return s;
-  return 1;
+  return std::max<int64_t>(1, std::min<int64_t>(max_splits, slots / std::max<int64_t>(1, base_blocks)));
 }
 
 template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
@@ -500,6 +382,16 @@ Plan make_plan(const DecodeAttentionParams& p) {
     plan.lanes = 32;
     plan.chunks = kFallbackChunks;
     plan.rows = 1;
+  }
+  // Several rows per kv head (GQA, Tq > 1), unmasked, a key of 8/16/32 chunks of 16 bytes: the
+  // shared-memory kernel (decode_attention_rows_cuda.cuh), one row per warp.
+  const int64_t key_chunks = D * eb / 16;
+  if (plan.vectorised && p.mask == nullptr && R >= 2 && D * eb % 16 == 0 &&
+      (key_chunks == 8 || key_chunks == 16 || key_chunks == 32)) {
+    plan.rows_kernel = true;
+    plan.lanes = static_cast<int>(key_chunks);
+    plan.chunks = 1;
+    plan.rows = kWarps;
   }
   plan.row_groups = (R + plan.rows - 1) / plan.rows;
   plan.rows_total = p.batch * p.q_heads * p.q_len;
@@ -555,6 +447,35 @@ Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaSt
   using I32 = std::integral_constant<int, 32>;
   using IV = std::integral_constant<int, kVec>;
   using IF = std::integral_constant<int, kFallbackChunks>;
+  if (plan->rows_kernel) {
+    auto rows = [&](auto lanes_c) -> Status {
+      constexpr int L = decltype(lanes_c)::value;
+      if (!launch) {
+        static const int resident = [] {
+          int blocks = 0;
+          if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_attention_rows_kernel<T, L>, kThreads, 0) !=
+                  cudaSuccess ||
+              blocks <= 0) {
+            cudaGetLastError();
+            return 4;
+          }
+          return blocks;
+        }();
+        plan_splits(p, plan, resident);
+        return Status::Ok();
+      }
+      const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan->splits),
+                      static_cast<unsigned>(plan->row_groups));
+      decode_attention_rows_kernel<T, L><<<grid, kThreads, 0, stream>>>(p, plan->keys_per_split, plan->splits, ws);
+      PVT_CU_CHECK(cudaGetLastError());
+      return Status::Ok();
+    };
+    switch (plan->lanes) {
+      case 8: return rows(I8{});
+      case 16: return rows(I16{});
+      default: return rows(I32{});
+    }
+  }
   if (!plan->vectorised) return go(I1{}, IF{}, I1{}, I32{});
   auto by_lanes = [&](auto cpl_c, auto rows_c) -> Status {
     switch (plan->lanes) {
