@@ -58,7 +58,7 @@ struct Plan {
 
 
 template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
-__global__ void __launch_bounds__(kThreads, (ROWS == 1 && !MASKED && VEC > 1) ? 6 : 1)
+__global__ void __launch_bounds__(kThreads)
     decode_attention_kernel(const DecodeAttentionParams p, const int64_t keys_per_split, const int64_t splits,
                             Workspace ws) {
   constexpr int E = VEC * CPL;  // elements of one row a lane holds
