@@ -1,19 +1,23 @@
 // CUDA decode attention over a KV cache read in place (split-KV, flash-decoding style).
 //
-// A block takes one (entry b, kv head), up to ROWS query rows that share that kv head (GQA group x
-// Tq, so K/V are read once for the whole group) and one slice ("split") of the keys. Inside, a "key
-// group" of LANES lanes holds one key: each lane loads VEC contiguous elements per chunk (16-byte
-// loads when the layout allows), so a head_dim-128 fp16 key is 16 lanes x 16 bytes and a warp reads
-// two keys per load instruction. Each lane first issues the loads of KU keys of K and V (8 x 16 bytes
-// in flight per lane, what keeps HBM busy), then scores the KU keys and folds them into a float32
-// online softmax with ONE rescale per tile (max, sum, accumulator per row). Key groups merge by
-// shuffles, warps through shared memory. With several splits a second small kernel merges the
-// partial results from the workspace (as FlashInfer's and flash-attention's split-KV decode do).
+// Two kernels, one plan. Every block takes one (entry b, kv head), a group of query rows that share
+// that kv head (GQA group x Tq) and one slice ("split") of the keys:
+//   * decode_attention_kernel (here): up to ROWS rows held in registers. A "key group" of LANES lanes
+//     holds one key: each lane loads VEC contiguous elements per chunk (16-byte loads when the layout
+//     allows), so a head_dim-128 fp16 key is 16 lanes x 16 bytes and a warp reads two keys per load
+//     instruction. Each lane first issues the loads of kTile keys of K and V (8 x 16 bytes in flight
+//     per lane, what keeps HBM busy), then scores them and folds them into a float32 online softmax
+//     with ONE rescale per tile. Key groups merge by shuffles, warps through shared memory. Used for
+//     one row per kv head (MHA decode), masks, and layouts without 16-byte loads.
+//   * decode_attention_rows_kernel (decode_attention_rows_cuda.cuh): several unmasked rows per kv head;
+//     K/V tiles staged in shared memory by cp.async, one row per warp.
+// With several splits a second small kernel merges the partial results from the workspace (as
+// FlashInfer's and flash-attention's split-KV decode do), launched as a programmatic dependent launch.
 //
 // The number of splits depends only on host-known sizes (kv_len as an upper bound, batch, heads,
 // the device's SM count and the kernel's occupancy), so a launch never reads the device and can be
 // captured in a CUDA graph; per-entry lengths (cache_seqlens) are read by the kernel, and the splits
-// past an entry's length exit at once.
+// past an entry's length exit at once. Measured against PyTorch's SDPA: docs/H200_DECODE_PARITY.md.
 #ifdef __CUDACC__
 #ifdef PADDLE_VTENSOR_WITH_CUDA
 
@@ -38,10 +42,10 @@ namespace {
 
 using namespace decode_cuda;  // NOLINT: the kernels' shared helpers
 
-constexpr int kTile = 4;                  // KU: keys per key group whose loads are in flight together
+constexpr int kTile = 4;                   // keys per key group whose loads are in flight together
 constexpr int64_t kMinKeysPerSplit = 128;  // below this a split costs more than it saves
 constexpr int kMaxSplits = 128;
-constexpr int kFallbackChunks = 8;        // scalar path: 32 lanes x 8 elements = head_dim 256
+constexpr int kFallbackChunks = 8;         // scalar path: 32 lanes x 8 elements = head_dim 256
 
 struct Plan {
   bool vectorised = false;
@@ -334,7 +338,7 @@ int64_t forced_splits() {
 
 // Splits of the keys: as many as make ONE full wave of resident blocks (SMs x blocks per SM at the
 // kernel's occupancy), never a split of fewer than kMinKeysPerSplit keys. A sweep of forced split
-// counts on the H200 (docs/PERFORMANCE_H200.md) found the time flat or rising past one wave (more
+// counts on the H200 (docs/H200_DECODE_PARITY.md) found the time flat or rising past one wave (more
 // partials to write and merge, blocks queued behind others) and rising steeply below it (SMs idle).
 // Host-known sizes only: capturable in a CUDA graph.
 int64_t choose_splits(int64_t base_blocks, int64_t kv_len, int64_t slots) {
