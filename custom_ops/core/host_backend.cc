@@ -47,11 +47,19 @@ class HostBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status unmap(void* addr, size_t bytes, PhysHandle, void*) override {
+  Status unmap(void* addr, size_t bytes, PhysHandle) override {
     if (madvise(addr, bytes, MADV_DONTNEED) != 0) return os_error("madvise(DONTNEED)", bytes);
     if (mprotect(addr, bytes, PROT_NONE) != 0) return os_error("mprotect(NONE)", bytes);
     return Status::Ok();
   }
+
+  // Host kernels run synchronously: by the time an op returns, its work is done.
+  Status record_event(void*, EventHandle* event) override {
+    *event = 0;
+    return Status::Ok();
+  }
+  Status wait_event(EventHandle) override { return Status::Ok(); }
+  void destroy_event(EventHandle) override {}
 };
 
 }  // namespace
@@ -64,6 +72,16 @@ Status get_backend(Device device, Backend** out) {
   }
 #ifdef PADDLE_VTENSOR_WITH_CUDA
   return make_cuda_backend(device.index, out);
+#else
+  return Status(Code::kUnsupported,
+                "device " + device.to_string() + " needs a build with CUDA (PADDLE_VTENSOR_WITH_CUDA)");
+#endif
+}
+
+Status check_device_usable(Device device) {
+  if (device.kind == DeviceKind::kHost) return Status::Ok();
+#ifdef PADDLE_VTENSOR_WITH_CUDA
+  return cuda_usable_in_this_process();
 #else
   return Status(Code::kUnsupported,
                 "device " + device.to_string() + " needs a build with CUDA (PADDLE_VTENSOR_WITH_CUDA)");

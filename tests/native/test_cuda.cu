@@ -69,7 +69,7 @@ AppendParams params_for(const SeqMajorCache& cache, const GpuSource& src, int64_
 Status append(SeqMajorCache& cache, const GpuSource& src, int64_t pos, cudaStream_t stream,
               std::vector<uint8_t>* ref, int64_t prev_len) {
   if (src.dev == nullptr) return Status(Code::kOutOfMemory, "source upload failed");
-  PVT_RETURN_IF_ERROR(cache.begin_append(pos, src.host.dims[1], stream));
+  PVT_RETURN_IF_ERROR(cache.begin_append(pos, src.host.dims[1]));
   const Status s = append_tokens_cuda(params_for(cache, src, pos), stream);
   if (!s.ok()) {
     cache.remove_view(pos + src.host.dims[1]);
@@ -201,7 +201,7 @@ void test_truncate(Report& r, std::mt19937& rng) {
   cudaStream_t legacy = nullptr;  // the legacy default stream, as a framework without streams uses
   if (!r.ok(append(*cache, first, 0, legacy, &ref, 0), "truncate.append_100")) return;
   r.eq(cache->mapped_bytes(), 8 * kMiB, "truncate.mapped_100_tokens");
-  cache->add_view(40);      // the truncated tensor
+  r.ok(cache->add_view(40), "truncate.add_view");  // the truncated tensor
   cache->remove_view(100);  // the long one dies
   r.eq(cache->longest_view(), 40, "truncate.longest_40");
   r.eq(cache->mapped_bytes(), 4 * kMiB, "truncate.releases_chunks_past_40");
@@ -233,7 +233,7 @@ void test_large(Report& r, std::mt19937& rng, cudaStream_t stream) {
     GpuSource src(pvt_test::make_source(8, w.tokens, 32, 128, 2, w.perm, 0, 0, rng));
     std::vector<uint8_t> ref(static_cast<size_t>(w.tokens * tb));
     if (!r.check(src.dev != nullptr, name, "source upload failed")) return;
-    Status s = cache->begin_append(w.pos, w.tokens, stream);
+    Status s = cache->begin_append(w.pos, w.tokens);
     if (s.ok()) s = append_tokens_cuda(params_for(*cache, src, w.pos), stream);
     if (!r.ok(s, name)) return;
     if (prev) cache->remove_view(prev);
@@ -259,7 +259,7 @@ void test_past_reservation(Report& r, std::mt19937& rng, cudaStream_t stream) {
   if (!r.ok(append(*cache, fill, 0, stream, &ref, 0), "range.append_250")) return;
   GpuSource ten(pvt_test::make_source(1, 10, 32, 128, 2, pvt_test::kContiguous, 0, 0, rng));
   r.code(append(*cache, ten, 250, stream, &ref, 0), Code::kOutOfRange, "range.append_past_reservation");
-  r.code(cache->begin_append(256, 1, stream), Code::kOutOfRange, "range.append_at_capacity");
+  r.code(cache->begin_append(256, 1), Code::kOutOfRange, "range.append_at_capacity");
   r.check(cache->longest_view() == 250 && cache->live_views() == 1 && cache->mapped_bytes() == 2 * kMiB,
           "range.bookkeeping_unchanged");
   verify(r, *cache, ref, 0, 0, 250, stream, "range.content_unchanged");
