@@ -42,7 +42,10 @@ class Backend {
   virtual void destroy_event(EventHandle event) = 0;
 };
 
-// The process-wide backend for `device`; created on first use, never destroyed.
+// The host backend (host_backend.cc), a process-wide object.
+Backend* host_backend();
+
+// The process-wide backend for `device` (backend.cc); created on first use, never destroyed.
 // kUnsupported for CUDA in a build without PADDLE_VTENSOR_WITH_CUDA.
 Status get_backend(Device device, Backend** out);
 

@@ -10,9 +10,6 @@
 #include <string>
 
 #include "backend.h"
-#ifdef PADDLE_VTENSOR_WITH_CUDA
-#include "cuda_backend.h"
-#endif
 
 namespace pvt {
 namespace {
@@ -64,28 +61,9 @@ class HostBackend final : public Backend {
 
 }  // namespace
 
-Status get_backend(Device device, Backend** out) {
-  if (device.kind == DeviceKind::kHost) {
-    static HostBackend host;
-    *out = &host;
-    return Status::Ok();
-  }
-#ifdef PADDLE_VTENSOR_WITH_CUDA
-  return make_cuda_backend(device.index, out);
-#else
-  return Status(Code::kUnsupported,
-                "device " + device.to_string() + " needs a build with CUDA (PADDLE_VTENSOR_WITH_CUDA)");
-#endif
-}
-
-Status check_device_usable(Device device) {
-  if (device.kind == DeviceKind::kHost) return Status::Ok();
-#ifdef PADDLE_VTENSOR_WITH_CUDA
-  return cuda_usable_in_this_process();
-#else
-  return Status(Code::kUnsupported,
-                "device " + device.to_string() + " needs a build with CUDA (PADDLE_VTENSOR_WITH_CUDA)");
-#endif
+Backend* host_backend() {
+  static HostBackend host;
+  return &host;
 }
 
 }  // namespace pvt
