@@ -101,6 +101,10 @@ void test_region(Report& r) {
   r.code(reg->ensure_mapped(11 * c + 1), Code::kOutOfRange, "region.ensure_mapped_past_reservation");
   r.eq(reg->mapped_bytes(), 0, "region.errors_map_nothing");
 
+  // Host kernels are synchronous: recording a stream's use keeps nothing to wait for.
+  r.ok(reg->record_use(nullptr), "region.host_record_use");
+  r.eq(reg->streams_in_use(), 0, "region.host_keeps_no_events");
+
   // Growing tail helpers.
   r.ok(reg->ensure_mapped(2 * c + 1), "region.ensure_mapped");
   r.eq(reg->mapped_bytes(), 3 * c, "region.ensure_mapped_rounds_up");
