@@ -208,7 +208,7 @@ def is_vtensor(x) -> bool:
 
 
 _STAT_KEYS = ("reserved_bytes", "mapped_bytes", "peak_mapped_bytes", "live_regions", "live_vtensors",
-              "map_calls", "unmap_calls", "mapped_limit")
+              "map_calls", "unmap_calls", "mapped_limit", "bytes_written")
 
 
 def _device(device) -> tuple[int, int]:
@@ -227,10 +227,11 @@ def memory_stats(device=None) -> dict:
 
     reserved_bytes (virtual), mapped_bytes (physical, now), peak_mapped_bytes, live_regions (caches),
     live_vtensors (tensors made by the ops that are still alive; Paddle views of them share one),
-    map_calls / unmap_calls (chunks), mapped_limit (0: none).
+    map_calls / unmap_calls (chunks), mapped_limit (0: none), bytes_written (bytes the ops' kernels
+    wrote into caches since start: appends, migrations, copy-on-write copies).
     """
     kind, index = _device(device)
-    out = (ctypes.c_int64 * 8)()
+    out = (ctypes.c_int64 * len(_STAT_KEYS))()
     _ops.lib().pvt_memory_stats(kind, index, out)
     return dict(zip(_STAT_KEYS, (int(v) for v in out)))
 

@@ -93,7 +93,8 @@ def test_matches_reference(b, tq, hq, hkv, d, s_len, mask_kind, dtype):
     check(b, tq, hq, hkv, d, s_len, dtype, mask_kind)
 
 
-@settings(max_examples=25, deadline=None)
+# derandomize: CI must see the same examples every run; raise max_examples locally to search further.
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(
     b=st.integers(1, 4), tq=st.integers(1, 4), hkv=st.integers(1, 3), group=st.integers(1, 4),
     d=st.integers(1, 40), extra=st.integers(0, 60), dtype=st.sampled_from(["float32", "float16", "bfloat16"]),

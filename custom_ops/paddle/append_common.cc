@@ -70,7 +70,7 @@ paddle::Tensor append_to_cache(const paddle::Tensor& cache, const paddle::Tensor
   std::shared_ptr<SeqMajorCache> target;
   int64_t copy_old = 0;  // tokens of the old cache to copy into `target` first (0: append in place)
   if (const VTensorAllocation* alloc = whole_storage_view(cache)) {
-    const Status st = alloc->cache()->begin_append(S, T, stream);
+    const Status st = alloc->cache()->begin_append(S, T);
     if (st.ok()) {
       target = alloc->cache();
     } else if (st.code() != Code::kConflict) {
@@ -91,7 +91,7 @@ paddle::Tensor append_to_cache(const paddle::Tensor& cache, const paddle::Tensor
     config.capacity_tokens = std::max(max_seq_len > 0 ? max_seq_len : kDefaultMaxSeqLen, S + T);
     config.chunk_bytes = chunk_bytes > 0 ? static_cast<size_t>(chunk_bytes) : 0;
     throw_if_error(SeqMajorCache::create(to_device(place), shape, config, &target), op);
-    throw_if_error(target->begin_append(0, S + T, stream), op);
+    throw_if_error(target->begin_append(0, S + T), op);
   }
   // The output takes over the view registration before any copy is queued, so a failed launch
   // unregisters it again (and releases what it mapped) instead of leaking it.

@@ -2,7 +2,7 @@
 // place when the cache allows it, else copy the cache once into a fresh VTensor and append there.
 #pragma once
 
-#include "vtensor_allocation.h"
+#include "op_support.h"
 
 namespace pvt {
 

@@ -22,13 +22,14 @@ pvt::Device device_of(int kind, int index) {
 
 extern "C" {
 
-// Fills out[0..7] with reserved, mapped, peak_mapped, live_regions, live_vtensors, map_calls,
-// unmap_calls, mapped_limit (the order of pvt::MemoryStats).
+// Fills out[0..8] with reserved, mapped, peak_mapped, live_regions, live_vtensors, map_calls,
+// unmap_calls, mapped_limit, bytes_written (the order of pvt::MemoryStats).
 void pvt_memory_stats(int kind, int index, int64_t* out) {
   const pvt::MemoryStats s = pvt::memory_stats(device_of(kind, index));
-  const int64_t v[8] = {s.reserved_bytes, s.mapped_bytes,  s.peak_mapped_bytes, s.live_regions,
-                        s.live_vtensors,  s.map_calls,     s.unmap_calls,       s.mapped_limit};
-  for (int i = 0; i < 8; ++i) out[i] = v[i];
+  const int64_t v[9] = {s.reserved_bytes, s.mapped_bytes, s.peak_mapped_bytes, s.live_regions,
+                        s.live_vtensors,  s.map_calls,    s.unmap_calls,       s.mapped_limit,
+                        s.bytes_written};
+  for (int i = 0; i < 9; ++i) out[i] = v[i];
 }
 
 void pvt_set_mapped_limit(int kind, int index, int64_t bytes) {

@@ -8,12 +8,12 @@
 //   Out   [B, Tq, Hq, D], Q's dtype.
 #include <string>
 
-#include "vtensor_allocation.h"
+#include "op_support.h"
 #include "../kernels/decode_attention.h"
 
 namespace {
 
-constexpr const char* kOp = "vtensor_decode_attention";
+constexpr const char* kOp = pvt::names::kDecodeAttention;
 
 std::string dims_str(const phi::DDim& d) {
   std::string s = "[";
@@ -91,6 +91,7 @@ std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, cons
                                                    const paddle::optional<paddle::Tensor>& mask,
                                                    float scale) {
   check_inputs(q, k, v, mask);
+  pvt::DeviceGuard guard(q.place(), kOp);
   const auto& qd = q.dims();
   paddle::Tensor out = paddle::empty({qd[0], qd[1], qd[2], qd[3]}, q.dtype(), q.place());
 
@@ -131,7 +132,11 @@ std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, cons
     p.workspace = workspace.data();
     p.workspace_bytes = ws;
   }
-  pvt::throw_if_error(pvt::decode_attention_cuda(p, pvt::stream_of(q)), kOp);
+  void* stream = pvt::stream_of(q);
+  pvt::throw_if_error(pvt::decode_attention_cuda(p, stream), kOp);
+  // The kernel reads K and V where they lie: their caches must not be released before it ran.
+  pvt::record_cache_use(p.k, q.place(), stream, kOp);
+  pvt::record_cache_use(p.v, q.place(), stream, kOp);
   return {out};
 #else
   PD_THROW(kOp, ": this build of paddle_vtensor has no CUDA kernels (tensor on ", q.place().DebugString(), ")");
@@ -151,10 +156,10 @@ std::vector<paddle::DataType> VTensorDecodeAttentionInferDtype(const paddle::Dat
   return {q_dtype};
 }
 
-PD_BUILD_OP(vtensor_decode_attention)
+PVT_BUILD_OP(PVT_OP_DECODE_ATTENTION)
     .Inputs({"Q", "K", "V", paddle::Optional("Mask")})
     .Outputs({"Out"})
-    .Attrs({"scale: float"})
+    .Attrs({PVT_ATTR_SCALE ": float"})
     .SetKernelFn(PD_KERNEL(VTensorDecodeAttention))
     .SetInferShapeFn(PD_INFER_SHAPE(VTensorDecodeAttentionInferShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(VTensorDecodeAttentionInferDtype));

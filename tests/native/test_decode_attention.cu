@@ -387,7 +387,7 @@ void test_in_cache(Report& r, std::mt19937& rng, cudaStream_t stream) {
   cudaMemcpy(dv.ptr, v.data(), v.size(), cudaMemcpyHostToDevice);
   cudaMemcpy(dq.ptr, q.data(), q.size(), cudaMemcpyHostToDevice);
   for (auto [cache, src] : {std::make_pair(kc.get(), dk.ptr), std::make_pair(vc.get(), dv.ptr)}) {
-    if (!r.ok(cache->begin_append(0, S, stream), "cache.begin_append")) return;
+    if (!r.ok(cache->begin_append(0, S), "cache.begin_append")) return;
     AppendParams a;
     a.dst = cache->data(); a.src = src; a.batch = B; a.tokens = S; a.heads = Hkv; a.head_dim = D;
     a.dst_pos = 0; a.elem_bytes = 2;
@@ -483,8 +483,8 @@ void bench(Report& r, cudaStream_t stream) {
     std::shared_ptr<SeqMajorCache> kc, vc;
     if (!r.ok(SeqMajorCache::create(kGpu, shape, CacheConfig{max_s, 0}, &kc), "bench.create_k") ||
         !r.ok(SeqMajorCache::create(kGpu, shape, CacheConfig{max_s, 0}, &vc), "bench.create_v") ||
-        !r.ok(kc->begin_append(0, max_s, stream), "bench.map_k") ||
-        !r.ok(vc->begin_append(0, max_s, stream), "bench.map_v"))
+        !r.ok(kc->begin_append(0, max_s), "bench.map_k") ||
+        !r.ok(vc->begin_append(0, max_s), "bench.map_v"))
       return;
     cudaMemsetAsync(kc->data(), 0, max_s * shape.token_bytes(), stream);  // defined values (zeros)
     cudaMemsetAsync(vc->data(), 0, max_s * shape.token_bytes(), stream);
