@@ -13,11 +13,11 @@ little Python as they can (issue 13, docs/PERFORMANCE.md "Host cost per call"):
 * The C++ ops check every input; this module passes arguments straight through and turns a refusal
   into the exception of the table below (one place: ``ERRORS``). Python checks only what the ops
   cannot see: that an int is an int that fits in 64 bits, and gradients.
-* The ops take and give the cache as its storage view ``[S, B, H, D]`` (Paddle would copy any
-  non-contiguous input). Every tensor these functions return remembers the storage view it is a
-  transpose of (attribute ``_pvt_storage``, with the tensor's in-place version and data pointer, so
-  an in-place change of the tensor forgets it), which saves a transpose and the registry lookup on
-  the next call.
+* Paddle's custom-op dispatch costs about a paddle.concat, and copies every non-contiguous input (the
+  ops therefore take the cache as its storage view ``[S, B, H, D]``). For eager VTensor inputs the
+  functions call the ops' own C++ functions directly instead (``custom_ops/paddle/fast_calls.cc``):
+  the logical VTensor goes in as it is, no transpose, no registry lookup. Anything else (a plain
+  cache to migrate, a bad argument) takes the op the ordinary way.
 
 Errors (README "Errors"): a refusal at an op's entry, ``"<op>: <why>"``, is a bad input and raises
 ``ValueError``; a failing core call, ``"<op>: <Code>: <why>"``, raises ``ERRORS[Code]``; an argument
@@ -70,7 +70,8 @@ def _failure(fn: str, error: Exception, tensors: dict) -> Exception:
     for name, x in tensors.items():
         if x is not None or name != "attn_mask":
             if not isinstance(x, paddle.Tensor):  # Paddle refused it (by position) before any op ran
-                return TypeError(f"{fn}: {name} must be a paddle.Tensor, got {type(x).__name__}")
+                optional = " or None" if name == "attn_mask" else ""
+                return TypeError(f"{fn}: {name} must be a paddle.Tensor{optional}, got {type(x).__name__}")
     if not isinstance(error, OSError):  # ours (TypeError of an int, gradients) or Paddle's own
         return error
     lines = str(error).strip().splitlines()  # PD_THROW adds "  [file:line]" on a second line
@@ -140,22 +141,22 @@ def configure(max_seq_len: int | None = None, chunk_bytes: int | None = None) ->
     return dataclasses.replace(_config)
 
 
-def _remembered(x):
-    """The storage view remembered on ``x`` by :func:`_logical`, if ``x`` is unchanged since."""
-    try:
-        storage, version, ptr = x._pvt_storage
-    except (AttributeError, TypeError, ValueError):
-        return None
-    if x._inplace_version() == version and x.data_ptr() == ptr:
-        return storage
-    return None
+_FAST = None  # the module of fast_calls.cc, once the ops are loaded
+
+
+def _fast():
+    global _FAST
+    if _FAST is None:
+        f = ctypes.PyDLL(_ops.lib()._name).pvt_fast_calls
+        f.restype, f.argtypes = ctypes.py_object, []
+        _FAST = f()
+    return _FAST
 
 
 def _storage(x):
-    s = _remembered(x)
+    s = _fast().storage(x)  # a whole VTensor view: its storage view, without an op
     if s is not None:
         return s
-    _ops.load()  # a tensor no op made: the ops may not be registered yet
     # Not rank 4: passed as it is, for the op to refuse in its own words.
     return _C_ops.transpose(x, _PERM) if len(x.shape) == 4 else x
 
@@ -166,9 +167,7 @@ def storage_view(cache: paddle.Tensor) -> paddle.Tensor:
 
 
 def _logical(storage: paddle.Tensor) -> paddle.Tensor:
-    x = _C_ops.transpose(storage, _PERM)
-    x._pvt_storage = (storage, x._inplace_version(), x.data_ptr())
-    return x
+    return _C_ops.transpose(storage, _PERM)
 
 
 def _setting(fn: str, name: str, value, default: int) -> int:
@@ -194,8 +193,9 @@ def from_dense(x: paddle.Tensor, max_seq_len: int | None = None, chunk_bytes: in
 
 
 def _migrate(fn: str, cache, tokens, max_seq_len, chunk_bytes):
-    """The storage view to append to when ``cache`` has none remembered: the cache itself if it is
-    a VTensor (the slow way to find out), else a VTensor copy of it reserving max(max_seq_len, S+T)."""
+    """The storage view to append to when the fast path declined ``cache``: the cache itself if it
+    is a VTensor (a view the fast path does not take), else a VTensor copy of it reserving
+    max(max_seq_len, S + T)."""
     rank4 = len(cache.shape) == 4  # else from_dense refuses it, in its own words
     if rank4 and _cache_info(cache) is not None:
         storage = _C_ops.transpose(cache, _PERM)
@@ -209,18 +209,18 @@ def _migrate(fn: str, cache, tokens, max_seq_len, chunk_bytes):
     return _C_ops._run_custom_op("vtensor_from_dense", cache.contiguous(), m, c)[0]
 
 
-def _append(fn: str, op: str, cache, tokens, max_seq_len, chunk_bytes) -> paddle.Tensor:
+def _append(fn: str, op: str, expect: int, cache, tokens, max_seq_len, chunk_bytes) -> paddle.Tensor:
     storage = None
     try:
         if paddle.is_grad_enabled() and not (cache.stop_gradient and tokens.stop_gradient):
             _no_gradients(fn, cache, tokens)
-        storage = _remembered(cache)
-        if storage is None:
-            _ops.load()
-            storage = _migrate(fn, cache, tokens, max_seq_len, chunk_bytes)
         # 0: the op keeps the cache's own settings if it has to copy (a fork), see append().
         m = 0 if max_seq_len is None else _int(fn, "max_seq_len", max_seq_len)
         c = 0 if chunk_bytes is None else _int(fn, "chunk_bytes", chunk_bytes)
+        out = (_FAST or _fast()).append(cache, tokens, m, c, expect)
+        if out is not None:
+            return out
+        storage = _migrate(fn, cache, tokens, max_seq_len, chunk_bytes)
         out = _C_ops._run_custom_op(op, storage, tokens, m, c)[0]
     except Exception as e:
         storage = None  # a migrated copy is freed now, not when the traceback is
@@ -240,7 +240,7 @@ def append(cache: paddle.Tensor, tokens: paddle.Tensor, max_seq_len: int | None 
     reservation, VTensorOutOfMemoryError when physical memory runs out; the cache is unchanged in
     every case.
     """
-    return _append("append", "vtensor_append", cache, tokens, max_seq_len, chunk_bytes)
+    return _append("append", "vtensor_append", 0, cache, tokens, max_seq_len, chunk_bytes)
 
 
 def reserve_one_token(cache: paddle.Tensor, token: paddle.Tensor, max_seq_len: int | None = None,
@@ -250,7 +250,7 @@ def reserve_one_token(cache: paddle.Tensor, token: paddle.Tensor, max_seq_len: i
     Returns ``[B, S + 1, H, D]`` with strides ``{H*D, B*H*D, D, 1}``, sharing the cache's storage.
     Settings and errors as :func:`append`.
     """
-    return _append("reserve_one_token", "vtensor_reserve_one_token", cache, token, max_seq_len, chunk_bytes)
+    return _append("reserve_one_token", "vtensor_reserve_one_token", 1, cache, token, max_seq_len, chunk_bytes)
 
 
 def truncate(cache: paddle.Tensor, seq_len: int) -> paddle.Tensor:
@@ -263,10 +263,12 @@ def truncate(cache: paddle.Tensor, seq_len: int) -> paddle.Tensor:
     try:
         if type(seq_len) is not int or not -_INT64_END <= seq_len < _INT64_END:
             seq_len = _int("truncate", "seq_len", seq_len)  # the op checks the range it takes
-        out = _C_ops._run_custom_op("vtensor_truncate", _storage(cache), seq_len)[0]
+        out = (_FAST or _fast()).truncate(cache, seq_len)
+        if out is None:
+            out = _logical(_C_ops._run_custom_op("vtensor_truncate", _storage(cache), seq_len)[0])
     except Exception as e:
         raise _failure("truncate", e, {"cache": cache}) from None
-    return _logical(out)
+    return out
 
 
 def _cache_info(x: paddle.Tensor):
@@ -286,7 +288,7 @@ def _cache_info(x: paddle.Tensor):
 def is_vtensor(x) -> bool:
     """True when ``x``'s memory lies in a VTensor cache (the result of append/from_dense/truncate,
     or a view of one)."""
-    return _remembered(x) is not None or _cache_info(x) is not None
+    return (_FAST or _fast()).is_view(x) or _cache_info(x) is not None
 
 
 _STAT_KEYS = ("reserved_bytes", "mapped_bytes", "peak_mapped_bytes", "live_regions", "live_vtensors",
