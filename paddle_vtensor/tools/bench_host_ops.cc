@@ -3,8 +3,9 @@
 //   * do-nothing ops with the signatures of vtensor_append / vtensor_truncate /
 //     vtensor_decode_attention: what Paddle's custom-op dispatch alone costs the host (the floor);
 //   * pvt_bench_attention_kernel: the CPU decode-attention kernel alone, timed in C++ over `iters`
-//     calls, so "the op's own kernel time" is measured rather than guessed.
-#include <chrono>
+//     calls in this thread's CPU time (the machine may be shared), so "the op's own kernel time" is
+//     measured rather than guessed.
+#include <time.h>
 
 #include "paddle/extension.h"
 
@@ -24,7 +25,7 @@ std::vector<paddle::Tensor> NoopAttention(const paddle::Tensor& q, const paddle:
 }
 
 // Q [B, Tq, Hq, D], K/V storage views [S, B, Hkv, D], contiguous float32 on the CPU, no mask.
-// Returns a float64 [1] tensor: nanoseconds per kernel call.
+// Returns a float64 [1] tensor: CPU nanoseconds per kernel call.
 std::vector<paddle::Tensor> AttentionKernel(const paddle::Tensor& q, const paddle::Tensor& k,
                                             const paddle::Tensor& v, float scale, int64_t iters) {
   PD_CHECK(q.dtype() == phi::DataType::FLOAT32 && q.place() == phi::CPUPlace(),
@@ -54,12 +55,14 @@ std::vector<paddle::Tensor> AttentionKernel(const paddle::Tensor& q, const paddl
     p.v_stride[i] = ks[i];
     p.out_stride[i] = os[i];
   }
-  const auto start = std::chrono::steady_clock::now();
+  timespec start{}, end{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
   for (int64_t i = 0; i < iters; ++i) {
     const pvt::Status st = pvt::decode_attention_cpu(p);
     PD_CHECK(st.ok(), "pvt_bench_attention_kernel: ", st.to_string());
   }
-  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &end);
+  const double ns = (end.tv_sec - start.tv_sec) * 1e9 + (end.tv_nsec - start.tv_nsec);
   paddle::Tensor result = paddle::empty({1}, phi::DataType::FLOAT64, phi::CPUPlace());
   *result.data<double>() = ns / static_cast<double>(iters > 0 ? iters : 1);
   return {result};
