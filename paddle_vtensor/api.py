@@ -11,7 +11,7 @@ Host cost: on a GPU at small batch a decode step is bound by the host, so these 
 little Python as they can (issue 13, docs/PERFORMANCE.md "Host cost per call"):
 
 * The C++ ops check every input; this module passes arguments straight through and turns a refusal
-  into the exception of the table below (one place: ``ERRORS``). Python checks only what the ops
+  into an exception by one table (``ERRORS`` below; README "Errors" shows it). Python checks only what the ops
   cannot see: that an int is an int that fits in 64 bits, and gradients.
 * Paddle's custom-op dispatch costs about a paddle.concat, and copies every non-contiguous input (the
   ops therefore take the cache as its storage view ``[S, B, H, D]``). For eager VTensor inputs the
