@@ -4,22 +4,18 @@
 //                         VTensor; Paddle makes any other input contiguous first); Hq % Hkv == 0
 //   Mask  optional [B or 1, Hq or 1, Tq or 1, S]: bool (true = attend) or additive float
 //         (float32 or Q's dtype), as PaddleNLP builds it ([B, 1, Tq, S]). Absent: causal.
-//   attr scale (> 0 or any finite value; the Python wrapper passes 1/sqrt(D) by default)
+//   attr scale (any finite value; the Python wrapper passes 1/sqrt(D) by default)
 //   Out   [B, Tq, Hq, D], Q's dtype.
+#include <cmath>
 #include <string>
 
-#include "op_support.h"
+#include "append_common.h"
 #include "../kernels/decode_attention.h"
 
 namespace {
 
 constexpr const char* kOp = pvt::names::kDecodeAttention;
-
-std::string dims_str(const phi::DDim& d) {
-  std::string s = "[";
-  for (int i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
+using pvt::dims_str;
 
 // The one dtype dispatch of this op: Paddle dtype -> kernel scalar type.
 pvt::ScalarType scalar_type(phi::DataType dtype, const char* what) {
@@ -34,8 +30,14 @@ pvt::ScalarType scalar_type(phi::DataType dtype, const char* what) {
   }
 }
 
+// The op's only checks: the Python wrapper passes its arguments straight through.
 void check_inputs(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
-                  const paddle::optional<paddle::Tensor>& mask) {
+                  const paddle::optional<paddle::Tensor>& mask, float scale) {
+  pvt::check_defined(q, kOp, "q");
+  pvt::check_defined(k, kOp, "the key cache");
+  pvt::check_defined(v, kOp, "the value cache");
+  if (mask) pvt::check_defined(*mask, kOp, "the mask");
+  PD_CHECK(std::isfinite(scale), kOp, ": scale must be finite, got ", scale);
   const auto& qd = q.dims();
   const auto& kd = k.dims();
   PD_CHECK(qd.size() == 4, kOp, ": q must have rank 4 [batch, q_len, q_heads, head_dim], got shape ",
@@ -90,7 +92,7 @@ std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, cons
                                                    const paddle::Tensor& v,
                                                    const paddle::optional<paddle::Tensor>& mask,
                                                    float scale) {
-  check_inputs(q, k, v, mask);
+  check_inputs(q, k, v, mask, scale);
   pvt::DeviceGuard guard(q.place(), kOp);
   const auto& qd = q.dims();
   paddle::Tensor out = paddle::empty({qd[0], qd[1], qd[2], qd[3]}, q.dtype(), q.place());

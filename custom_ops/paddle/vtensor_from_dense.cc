@@ -3,19 +3,18 @@
 //   Out [S, B, H, D] storage view; reservation max(max_seq_len or 4096, S) tokens.
 #include <algorithm>
 
-#include "op_support.h"
+#include "append_common.h"
 
 std::vector<paddle::Tensor> VTensorFromDense(const paddle::Tensor& x, int64_t max_seq_len,
                                              int64_t chunk_bytes) {
   const char* op = pvt::names::kFromDense;
+  pvt::check_defined(x, op, "x");
   const auto& d = x.dims();
   PD_CHECK(d.size() == 4, op, ": x must have rank 4 [batch, seq, heads, head_dim], got rank ",
            d.size());
   const int64_t B = d[0], S = d[1], H = d[2], D = d[3];
   const pvt::CacheShape shape{B, H, D, pvt::kv_elem_bytes(x.dtype(), op, "x")};
-  pvt::CacheConfig config;
-  config.capacity_tokens = std::max(max_seq_len > 0 ? max_seq_len : pvt::kDefaultMaxSeqLen, S);
-  config.chunk_bytes = chunk_bytes > 0 ? static_cast<size_t>(chunk_bytes) : 0;
+  const pvt::CacheConfig config = pvt::cache_config(shape, max_seq_len, chunk_bytes, S, op);
   std::shared_ptr<pvt::SeqMajorCache> cache;
   pvt::throw_if_error(pvt::SeqMajorCache::create(pvt::to_device(x.place()), shape, config, &cache), op);
   void* stream = pvt::stream_of(x);

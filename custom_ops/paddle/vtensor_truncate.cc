@@ -4,10 +4,11 @@
 // Memory past seq_len is released once no live view sees it (when the longer views die), and the
 // next append on Out writes in place from then on (until then it copies: the longer view still
 // sees those positions).
-#include "op_support.h"
+#include "append_common.h"
 
 std::vector<paddle::Tensor> VTensorTruncate(const paddle::Tensor& cache, int64_t seq_len) {
   const char* op = pvt::names::kTruncate;
+  pvt::check_defined(cache, op, "the cache");
   PD_CHECK(cache.dims().size() == 4, op,
            ": cache must have rank 4 (logical [batch, seq, heads, head_dim]), got rank ",
            cache.dims().size());
