@@ -23,6 +23,7 @@ from .api import (
 )
 
 from .attention import decode_attention
+from .merge import merge_attention_states
 
 # The PaddleNLP integration, the static-graph pass and the exporter load on first use, so
 # `import paddle_vtensor` costs only the tensor API (and builds or loads no ops yet).
@@ -48,6 +49,7 @@ __all__ = [
     "applied",
     "apply",
     "decode_attention",
+    "merge_attention_states",
     "integration",
     "passes",
     "static_export",

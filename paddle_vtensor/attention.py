@@ -18,7 +18,8 @@ _FLOAT_DTYPES = (paddle.float32, paddle.float16, paddle.bfloat16)
 
 
 def decode_attention(q: paddle.Tensor, k_cache: paddle.Tensor, v_cache: paddle.Tensor,
-                     attn_mask: paddle.Tensor | None = None, scale: float | None = None) -> paddle.Tensor:
+                     attn_mask: paddle.Tensor | None = None, scale: float | None = None,
+                     return_lse: bool = False):
     """``softmax(q k^T * scale + attn_mask) v`` for a few new query tokens over a cache.
 
     q: ``[B, Tq, Hq, D]`` (Tq = 1 in generate(), k for speculative decoding).
@@ -30,7 +31,12 @@ def decode_attention(q: paddle.Tensor, k_cache: paddle.Tensor, v_cache: paddle.T
         sees keys ``s < S - Tq + t + 1``.
     scale: default ``1 / sqrt(D)``.
 
-    Returns ``[B, Tq, Hq, D]`` in q's dtype. A query that sees no key gets zeros.
+    return_lse: also return the float32 log-sum-exp ``[B, Tq, Hq]`` of the scaled, masked scores
+        (natural log; -inf for a query that sees no key), so attention over parts of a cache can be
+        merged exactly with :func:`paddle_vtensor.merge_attention_states`.
+
+    Returns ``[B, Tq, Hq, D]`` in q's dtype (with ``return_lse``: ``(out, lse)``). A query that sees
+    no key gets zeros.
     """
     for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(x, paddle.Tensor):
@@ -46,6 +52,10 @@ def decode_attention(q: paddle.Tensor, k_cache: paddle.Tensor, v_cache: paddle.T
     scale = float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"decode_attention: scale must be finite, got {scale}")
+    if return_lse:
+        out, lse = _ops.ops().vtensor_decode_attention_lse(q, storage_view(k_cache), storage_view(v_cache),
+                                                           attn_mask, scale)
+        return out, lse
     return _ops.ops().vtensor_decode_attention(q, storage_view(k_cache), storage_view(v_cache), attn_mask, scale)
 
 
