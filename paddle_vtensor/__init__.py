@@ -27,7 +27,7 @@ from .merge import merge_attention_states
 
 # The PaddleNLP integration, the static-graph pass and the exporter load on first use, so
 # `import paddle_vtensor` costs only the tensor API (and builds or loads no ops yet).
-_LAZY_MODULES = ("integration", "passes", "static_export")
+_LAZY_MODULES = ("integration", "passes", "static_export", "distributed")
 _LAZY_NAMES = {"UnsupportedModelError": "integration", "applied": "integration", "apply": "integration",
                "remove": "integration"}
 
@@ -49,6 +49,7 @@ __all__ = [
     "applied",
     "apply",
     "decode_attention",
+    "distributed",
     "merge_attention_states",
     "integration",
     "passes",

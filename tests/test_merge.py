@@ -146,3 +146,36 @@ def test_raw_op_checks_shapes_itself(ops):
         ops.vtensor_merge_attention_states([outs[0], paddle.ones([2, 1, 4, 4])], lses)
     with pytest.raises(OSError, match="lse has shape"):
         ops.vtensor_merge_attention_states(outs, [lses[0], paddle.zeros([2, 1, 5])])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("tq, hq, hkv", [(1, 4, 2), (1, 2, 2), (3, 4, 1)])
+def test_decode_attention_over_vtensor_parts_merges_to_whole_cache(dtype, tq, hq, hkv):
+    """Caches split along the sequence into VTensors, each attended with return_lse=True and an
+    explicit causal mask, then merged."""
+    rng = np.random.default_rng(tq * 100 + hq * 10 + hkv)
+    b, d, s_len = 2, 16, 29
+    q = paddle.to_tensor(rng.standard_normal([b, tq, hq, d]).astype(np.float32)).astype(dtype)
+    k = paddle.to_tensor(rng.standard_normal([b, s_len, hkv, d]).astype(np.float32)).astype(dtype)
+    v = paddle.to_tensor(rng.standard_normal([b, s_len, hkv, d]).astype(np.float32)).astype(dtype)
+    whole, whole_lse = pvt.decode_attention(q, k, v, return_lse=True)
+    # The lse itself, against numpy (float64, causal: query t sees keys s < S - Tq + t + 1).
+    qf, kf = to_np(q).astype(np.float64), np.repeat(to_np(k).astype(np.float64), hq // hkv, axis=2)
+    scores = np.einsum("bthd,bshd->bths", qf, kf) / math.sqrt(d)
+    visible = np.arange(s_len)[None, :] < s_len - tq + np.arange(tq)[:, None] + 1  # [Tq, S]
+    scores = np.where(visible[None, :, None, :], scores, -np.inf)
+    np.testing.assert_allclose(whole_lse.numpy(), np.log(np.exp(scores).sum(-1)), atol=1e-4, rtol=1e-5)
+    assert np.abs(to_np(whole) - to_np(pvt.decode_attention(q, k, v))).max() == 0  # lse changes nothing
+
+    outs, lses = [], []
+    for lo, hi in [(0, 7), (7, 10), (10, 20), (20, s_len)]:
+        kp = pvt.from_dense(k[:, lo:hi], max_seq_len=64, chunk_bytes=4096)
+        vp = pvt.from_dense(v[:, lo:hi], max_seq_len=64, chunk_bytes=4096)
+        mask = paddle.to_tensor(np.broadcast_to(visible[None, None, :, lo:hi], [1, 1, tq, hi - lo]).copy())
+        o, l = pvt.decode_attention(q, kp, vp, mask, return_lse=True)
+        outs.append(o)
+        lses.append(l)
+    out, lse = pvt.merge_attention_states(outs, lses)
+    atol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype]
+    np.testing.assert_allclose(to_np(out), to_np(whole), atol=atol, rtol=0)
+    np.testing.assert_allclose(lse.numpy(), whole_lse.numpy(), atol=1e-5, rtol=1e-6)
