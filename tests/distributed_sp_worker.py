@@ -2,7 +2,7 @@
 ``python -m paddle.distributed.launch --nproc_per_node 2``). Every rank draws the same tokens,
 decodes them through SequenceParallelKVCache, and checks every step's output against attention over
 the whole cache in one process (the op on plain tensors, and numpy in float64); then the bad calls.
-Writes ``<out_dir>/rank<r>.json``."""
+Usage: ``distributed_sp_worker.py OUT_DIR DTYPE...``; writes ``<out_dir>/rank<r>.json``."""
 import json
 import math
 import os
@@ -104,10 +104,7 @@ def bad_calls(sp, dtype, rank):
     return results
 
 
-def main():
-    out_dir, dtype = sys.argv[1], sys.argv[2]
-    dist.init_parallel_env()
-    rank = dist.get_rank()
+def run(dtype, rank):
     rng = np.random.default_rng(7)  # the same stream on every rank: the same tokens and queries
     sp = SequenceParallelKVCache(LAYERS, world_size=2, max_seq_len=256, chunk_bytes=4096)
     record = {"max_err_vs_op": 0.0, "max_err_vs_numpy": 0.0, "checked": 0, "ranks_agree": True}
@@ -118,8 +115,16 @@ def main():
     decode(sp, dtype, rng, full_k, full_v, record)
     record["stats"] = sp.stats()
     record["atol"] = ATOL[dtype]
+    return record
+
+
+def main():
+    out_dir, dtypes = sys.argv[1], sys.argv[2:]
+    dist.init_parallel_env()
+    rank = dist.get_rank()
+    records = {dtype: run(dtype, rank) for dtype in dtypes}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(record, f)
+        json.dump(records, f)
 
 
 if __name__ == "__main__":

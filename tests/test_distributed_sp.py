@@ -27,21 +27,22 @@ def test_balanced_split_gives_each_token_to_the_rank_with_fewest():
         assert tokens.max() - tokens.min() <= 1
 
 
-def launch(tmp_path, dtype):
+def launch(tmp_path, *dtypes):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
-           str(tmp_path / "log"), os.path.join(HERE, "distributed_sp_worker.py"), str(tmp_path), dtype]
+           str(tmp_path / "log"), os.path.join(HERE, "distributed_sp_worker.py"), str(tmp_path), *dtypes]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     logs = "".join(p.read_text()[-3000:] for p in sorted((tmp_path / "log").glob("workerlog.*")))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_two_ranks_match_one_process_every_step(tmp_path, dtype):
+def test_two_ranks_match_one_process_every_step(tmp_path):
     pvt._ops.load()  # build once here, not in both ranks at once
-    ranks = launch(tmp_path, dtype)
-    for r, rec in enumerate(ranks):
+    dtypes = ["float32", "bfloat16"]
+    ranks = launch(tmp_path, *dtypes)  # one launch, both dtypes: process start-up dominates
+    for r, dtype in [(r, d) for r in range(2) for d in dtypes]:
+        rec = ranks[r][dtype]
         assert rec["checked"] == 2 * 2 * 33, rec  # two runs x 2 layers x 33 steps
         assert rec["ranks_agree"], rec
         assert rec["max_err_vs_op"] <= rec["atol"], rec
@@ -58,5 +59,30 @@ def test_two_ranks_match_one_process_every_step(tmp_path, dtype):
             assert errors[case + "_unchanged"], case
         assert "disagree: q_heads per rank [4, 8]" in errors["q_heads_mismatch"]
         assert "rank(s) [1] refused" in errors["bad_layer_one_rank"] or r == 1
-    # Each rank held only its part: its mapped bytes cover its own tokens, not the whole sequence.
-    assert ranks[0]["stats"]["tokens"] < ranks[0]["stats"]["length"]
+        # Each rank maps only its own part: its tokens' rows, in whole 4 KiB chunks, per K/V and layer.
+        row_bytes = 2 * 2 * 16 * {"float32": 4, "bfloat16": 2}[dtype]  # B x Hkv x D x element
+        assert st["mapped_bytes"] == 2 * 2 * -(-st["tokens"] * row_bytes // 4096) * 4096, st
+        assert st["tokens"] < st["length"]
+
+
+def test_llama_across_two_ranks_gives_the_one_process_tokens(tmp_path):
+    """A tiny PaddleNLP llama decoding with its cache split over 2 processes: greedy tokens identical
+    to PaddleNLP's own generate() in one process; the cache balanced across the ranks."""
+    out = tmp_path / "sp.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "paddle_vtensor", "sp-decode", "--tiny", "--device", "cpu",
+                           "--json", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["tokens_identical"] and result["ranks_agree"]
+    per_rank = result["per_rank"]
+    assert [r["rank"] for r in per_rank] == [0, 1]
+    assert sum(r["cache_tokens"] for r in per_rank) == result["cache_tokens_total"] == 13 + 24 - 1
+    assert abs(per_rank[0]["cache_tokens"] - per_rank[1]["cache_tokens"]) <= 1
+    # Memory follows each rank's own part: what its tokens need, rounded up to whole chunks per cache.
+    c = result["config"]
+    layers, chunk = c["shape"]["layers"], c["chunk_bytes"]
+    token_bytes = c["batch"] * c["shape"]["kv_heads"] * (c["shape"]["hidden_size"] // c["shape"]["heads"]) * 4
+    for r in per_rank:
+        need = r["cache_tokens"] * token_bytes
+        assert r["mapped_bytes"] == 2 * layers * (-(-need // chunk) * chunk), r

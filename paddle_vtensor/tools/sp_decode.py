@@ -33,6 +33,8 @@ def add_parser(commands, common) -> None:
     sp.add_argument("--tiny", action="store_true", help="a model and run small enough for seconds (tests)")
     sp.add_argument("--prompt-len", type=int, default=None)
     sp.add_argument("--new-tokens", type=int, default=None)
+    sp.add_argument("--chunk-bytes", type=int, default=1 << 16,
+                    help="mapping unit of each rank's caches (default 64 KiB: memory follows the tokens)")
     sp.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     common(sp)
 
@@ -48,7 +50,8 @@ def run(args) -> int:
             setup[key] = getattr(args, key)
     load_ops()  # build once here, not in every rank at once
     config = {"shape": setup["shape"].__dict__, "batch": setup["batch"], "prompt_len": setup["prompt_len"],
-              "new_tokens": setup["new_tokens"], "seed": args.seed, "ranks": args.ranks}
+              "new_tokens": setup["new_tokens"], "seed": args.seed, "ranks": args.ranks,
+              "chunk_bytes": args.chunk_bytes}
     with tempfile.TemporaryDirectory() as tmp:
         ranks = launch(config, tmp)
     result = summarise(config, ranks)

@@ -20,25 +20,25 @@ def main(cfg_path: str, out_dir: str) -> None:
     dist.init_parallel_env()
     import paddle_vtensor as pvt
     from paddle_vtensor.distributed import SequenceParallelKVCache
-    from paddle_vtensor.tools import sp_llama
+    from paddle_vtensor.tools import paired_run, sp_llama
     from paddle_vtensor.tools.tiny_llama import ModelShape, build_model, random_prompt
 
     shape = ModelShape(**cfg["shape"])
     total = cfg["prompt_len"] + cfg["new_tokens"]
     model = build_model(shape, "float32", total, cfg["seed"])  # the same weights on every rank (seeded)
     prompt = random_prompt(cfg["batch"], cfg["prompt_len"], shape.vocab, cfg["seed"])
-    sp = SequenceParallelKVCache(shape.layers, world_size=cfg["ranks"], max_seq_len=total)
+    sp = SequenceParallelKVCache(shape.layers, world_size=cfg["ranks"], max_seq_len=total,
+                                 chunk_bytes=cfg["chunk_bytes"])
     marks = []
     tokens = sp_llama.greedy(model, sp, prompt, cfg["new_tokens"], on_step=lambda i: marks.append(time.perf_counter()))
     stats = sp.stats()
 
     started = time.perf_counter()
-    ref = model.generate(input_ids=prompt, max_new_tokens=cfg["new_tokens"], min_new_tokens=cfg["new_tokens"],
-                         decode_strategy="greedy_search")[0]
+    ref = paired_run.generate(model, prompt, cfg["new_tokens"])  # PaddleNLP's own path, this process alone
     one_ms = (time.perf_counter() - started) * 1e3 / cfg["new_tokens"]
     token_bytes = cfg["batch"] * shape.kv_heads * shape.head_dim * 4
     result = {"rank": stats["rank"], "tokens": tokens.numpy().tolist(),
-              "tokens_identical": bool(np.array_equal(tokens.numpy(), ref.numpy())),
+              "tokens_identical": bool(np.array_equal(tokens.numpy(), ref)),
               "cache_tokens": stats["tokens"], "tokens_per_rank": stats["tokens_per_rank"],
               "mapped_bytes": stats["mapped_bytes"],
               "own_cache_bytes": 2 * shape.layers * stats["tokens"] * token_bytes,
