@@ -120,6 +120,7 @@ def run(dtype, rank):
 
 def main():
     out_dir, dtypes = sys.argv[1], sys.argv[2:]
+    pvt._ops.load()  # before the first collective: gloo gives a late peer only so long
     dist.init_parallel_env()
     rank = dist.get_rank()
     records = {dtype: run(dtype, rank) for dtype in dtypes}

@@ -17,8 +17,10 @@ def main(cfg_path: str, out_dir: str) -> None:
     with open(cfg_path) as f:
         cfg = json.load(f)
     paddle.set_device("cpu")
-    dist.init_parallel_env()
     import paddle_vtensor as pvt
+
+    pvt._ops.load()  # before the first collective: gloo gives a late peer only so long
+    dist.init_parallel_env()
     from paddle_vtensor.distributed import SequenceParallelKVCache
     from paddle_vtensor.tools import paired_run, sp_llama
     from paddle_vtensor.tools.tiny_llama import ModelShape, build_model, random_prompt
@@ -30,7 +32,8 @@ def main(cfg_path: str, out_dir: str) -> None:
     sp = SequenceParallelKVCache(shape.layers, world_size=cfg["ranks"], max_seq_len=total,
                                  chunk_bytes=cfg["chunk_bytes"])
     marks = []
-    tokens = sp_llama.greedy(model, sp, prompt, cfg["new_tokens"], on_step=lambda i: marks.append(time.perf_counter()))
+    tokens = sp_llama.greedy(model, sp, prompt, cfg["new_tokens"], total,
+                             on_step=lambda i: marks.append(time.perf_counter()))
     stats = sp.stats()
 
     started = time.perf_counter()

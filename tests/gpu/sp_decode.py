@@ -237,7 +237,7 @@ def main():
     ext, spx = build.load(), sp_build.load()
     result = {"date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "world": world,
               "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "nccl": ".".join(map(str, torch.cuda.nccl.version())), "nvls": os.environ.get("NCCL_NVLS_ENABLE")}
+              "nccl": str(torch.cuda.nccl.version()), "nvls": os.environ.get("NCCL_NVLS_ENABLE")}
     with torch.no_grad():
         merge_rows = check_merge(ext, spx)
         gathered = [None] * world
