@@ -122,9 +122,7 @@ class SequenceParallelKVCache:
         if mine:
             self._append(layer, k_new[:, first:first + mine], v_new[:, first:first + mine])
         out, lse = self._partial(layer, q, n_new, first, mine)
-        outs, lses = [], []
-        dist.all_gather(outs, out, group=self.group)
-        dist.all_gather(lses, lse, group=self.group)
+        outs, lses = self._all_gather(out), self._all_gather(lse)
         self._done[layer] = True
         return merge_attention_states(outs, lses)[0]
 
@@ -179,9 +177,7 @@ class SequenceParallelKVCache:
         sig += [int(x) for x in q.shape] if ok else [-1] * 4
         sig += [n_new, int(k_new.shape[2]) if ok else -1, _DTYPE_CODES.get(q.dtype, 0) if ok else -1, self.steps]
         sig.append(0 if ok else 1)
-        gathered = []
-        dist.all_gather(gathered, paddle.to_tensor(sig, dtype="int64"), group=self.group)
-        rows = np.stack([g.numpy() for g in gathered])
+        rows = np.stack([g.numpy() for g in self._all_gather(paddle.to_tensor(sig, dtype="int64"))])
         failed = [r for r in range(self.world) if rows[r, -1]]
         if local_error:
             raise ValueError(f"SequenceParallelKVCache.attention (rank {self.rank}): {local_error}; no cache changed")
@@ -191,6 +187,13 @@ class SequenceParallelKVCache:
         if differ:
             what = ", ".join(f"{name} per rank {vals}" for name, vals in differ)
             raise ValueError(f"SequenceParallelKVCache.attention: the ranks disagree: {what}; no cache changed")
+
+    def _all_gather(self, x: paddle.Tensor) -> list[paddle.Tensor]:
+        if self.world == 1:  # a one-rank group (init_parallel_env makes none for one process)
+            return [x]
+        out = []
+        dist.all_gather(out, x, group=self.group)
+        return out
 
     def _append(self, layer, k, v) -> None:
         kw = {"max_seq_len": self.max_seq_len, "chunk_bytes": self.chunk_bytes}
