@@ -2,7 +2,7 @@
 // sequence-parallel H200 script (sp_decode.py). Kept apart from tests/gpu/pvt_torch.cu (the core,
 // append and attention bindings) so the two scripts build independently; sp_build.py compiles it.
 #include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <vector>
 
@@ -42,7 +42,7 @@ void merge(const std::vector<torch::Tensor>& outs, const std::vector<torch::Tens
   }
   p.out = out.data_ptr();
   p.lse = lse.data_ptr<float>();
-  const pvt::Status s = pvt::merge_attention_states_cuda(p, at::cuda::getCurrentCUDAStream().stream());
+  const pvt::Status s = pvt::merge_attention_states_cuda(p, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(s.ok(), s.to_string());
 }
 
