@@ -17,7 +17,8 @@ from .api import _failure, _no_gradients, _storage
 
 
 def decode_attention(q: paddle.Tensor, k_cache: paddle.Tensor, v_cache: paddle.Tensor,
-                     attn_mask: paddle.Tensor | None = None, scale: float | None = None) -> paddle.Tensor:
+                     attn_mask: paddle.Tensor | None = None, scale: float | None = None,
+                     return_lse: bool = False):
     """``softmax(q k^T * scale + attn_mask) v`` for a few new query tokens over a cache.
 
     q: ``[B, Tq, Hq, D]`` (Tq = 1 in generate(), k for speculative decoding).
@@ -29,9 +30,13 @@ def decode_attention(q: paddle.Tensor, k_cache: paddle.Tensor, v_cache: paddle.T
         sees keys ``s < S - Tq + t + 1``.
     scale: default ``1 / sqrt(D)``; must be finite.
 
-    Returns ``[B, Tq, Hq, D]`` in q's dtype. A query that sees no key gets zeros. The op checks its
-    inputs (ValueError naming the problem; TypeError for an argument that is not a tensor); there
-    are no gradients (ValueError when one is asked for).
+    return_lse: also return the float32 log-sum-exp ``[B, Tq, Hq]`` of the scaled, masked scores
+        (natural log; -inf for a query that sees no key), so attention over parts of a cache can be
+        merged exactly with :func:`paddle_vtensor.merge_attention_states`.
+
+    Returns ``[B, Tq, Hq, D]`` in q's dtype (with ``return_lse``: ``(out, lse)``). A query that sees
+    no key gets zeros. The op checks its inputs (ValueError naming the problem; TypeError for an
+    argument that is not a tensor); there are no gradients (ValueError when one is asked for).
     """
     try:
         if paddle.is_grad_enabled() and not (q.stop_gradient and k_cache.stop_gradient and v_cache.stop_gradient):
@@ -39,6 +44,10 @@ def decode_attention(q: paddle.Tensor, k_cache: paddle.Tensor, v_cache: paddle.T
         if scale is None:
             d = q.shape[-1] if q.shape else 0
             scale = 1.0 / math.sqrt(d) if d > 0 else 1.0  # d <= 0: the op refuses q anyway
+        if return_lse:
+            out, lse = _C_ops._run_custom_op("vtensor_decode_attention_lse", q, _storage(k_cache),
+                                             _storage(v_cache), attn_mask, scale)
+            return out, lse
         # VTensor caches: the op's function directly (api.py, "Host cost"); else the op.
         out = (api._FAST or api._fast()).decode_attention(q, k_cache, v_cache, attn_mask, scale)
         if out is None:

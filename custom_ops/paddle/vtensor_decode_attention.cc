@@ -6,6 +6,11 @@
 //         (float32 or Q's dtype), as PaddleNLP builds it ([B, 1, Tq, S]). Absent: causal.
 //   attr scale (any finite value; the Python wrapper passes 1/sqrt(D) by default)
 //   Out   [B, Tq, Hq, D], Q's dtype.
+// vtensor_decode_attention_lse: the same, plus
+//   Lse   [B, Tq, Hq] float32, log(sum_s exp(score)) per query and head (-inf for a query that sees no
+//         key), to merge attention over parts of the cache (vtensor_merge_attention_states).
+// Two registrations rather than an optional output: Paddle's custom ops allow optional outputs only
+// in place, and the static pass (passes/attention_rewrite.cc) builds the one-output op.
 #include <cmath>
 #include <string>
 
@@ -86,12 +91,9 @@ void copy_strides(const paddle::Tensor& t, int64_t (&dst)[4]) {
   for (int i = 0; i < 4; ++i) dst[i] = d[i] == 1 ? 0 : st[i];  // size-1 dims broadcast
 }
 
-}  // namespace
-
-std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, const paddle::Tensor& k,
-                                                   const paddle::Tensor& v,
-                                                   const paddle::optional<paddle::Tensor>& mask,
-                                                   float scale) {
+// Out, and Lse when `with_lse`.
+std::vector<paddle::Tensor> run(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
+                                const paddle::optional<paddle::Tensor>& mask, float scale, bool with_lse) {
   check_inputs(q, k, v, mask, scale);
   pvt::DeviceGuard guard(q.place(), kOp);
   const auto& qd = q.dims();
@@ -114,6 +116,11 @@ std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, cons
   copy_strides(k, p.k_stride);
   copy_strides(v, p.v_stride);
   copy_strides(out, p.out_stride);
+  std::vector<paddle::Tensor> result = {out};
+  if (with_lse) {
+    result.push_back(paddle::empty({qd[0], qd[1], qd[2]}, phi::DataType::FLOAT32, q.place()));
+    p.lse = result.back().data<float>();
+  }
   if (mask) {
     p.mask = mask->data();
     p.mask_type = scalar_type(mask->dtype(), "the mask");
@@ -122,7 +129,7 @@ std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, cons
 
   if (q.place().GetType() == phi::AllocationType::CPU) {
     pvt::throw_if_error(pvt::decode_attention_cpu(p), kOp);
-    return {out};
+    return result;
   }
 #ifdef PADDLE_VTENSOR_WITH_CUDA
   PD_CHECK(p.head_dim <= pvt::kCudaMaxHeadDim, kOp, ": head_dim ", p.head_dim,
@@ -139,10 +146,19 @@ std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, cons
   // The kernel reads K and V where they lie: their caches must not be released before it ran.
   pvt::record_cache_use(p.k, q.place(), stream, kOp);
   pvt::record_cache_use(p.v, q.place(), stream, kOp);
-  return {out};
+  return result;
 #else
   PD_THROW(kOp, ": this build of paddle_vtensor has no CUDA kernels (tensor on ", q.place().DebugString(), ")");
 #endif
+}
+
+}  // namespace
+
+std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, const paddle::Tensor& k,
+                                                   const paddle::Tensor& v,
+                                                   const paddle::optional<paddle::Tensor>& mask,
+                                                   float scale) {
+  return run(q, k, v, mask, scale, /*with_lse=*/false);
 }
 
 std::vector<std::vector<int64_t>> VTensorDecodeAttentionInferShape(
@@ -165,3 +181,34 @@ PVT_BUILD_OP(PVT_OP_DECODE_ATTENTION)
     .SetKernelFn(PD_KERNEL(VTensorDecodeAttention))
     .SetInferShapeFn(PD_INFER_SHAPE(VTensorDecodeAttentionInferShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(VTensorDecodeAttentionInferDtype));
+
+// ---- vtensor_decode_attention_lse: the same attention, plus the log-sum-exp.
+
+std::vector<paddle::Tensor> VTensorDecodeAttentionLse(const paddle::Tensor& q, const paddle::Tensor& k,
+                                                      const paddle::Tensor& v,
+                                                      const paddle::optional<paddle::Tensor>& mask,
+                                                      float scale) {
+  return run(q, k, v, mask, scale, /*with_lse=*/true);
+}
+
+std::vector<std::vector<int64_t>> VTensorDecodeAttentionLseInferShape(
+    const std::vector<int64_t>& q_shape, const std::vector<int64_t>&, const std::vector<int64_t>&,
+    const paddle::optional<std::vector<int64_t>>&) {
+  std::vector<int64_t> lse(q_shape.begin(), q_shape.size() == 4 ? q_shape.end() - 1 : q_shape.end());
+  return {q_shape, lse};
+}
+
+std::vector<paddle::DataType> VTensorDecodeAttentionLseInferDtype(const paddle::DataType& q_dtype,
+                                                                  const paddle::DataType&,
+                                                                  const paddle::DataType&,
+                                                                  const paddle::optional<paddle::DataType>&) {
+  return {q_dtype, paddle::DataType::FLOAT32};
+}
+
+PD_BUILD_OP(vtensor_decode_attention_lse)
+    .Inputs({"Q", "K", "V", paddle::Optional("Mask")})
+    .Outputs({"Out", "Lse"})
+    .Attrs({"scale: float"})
+    .SetKernelFn(PD_KERNEL(VTensorDecodeAttentionLse))
+    .SetInferShapeFn(PD_INFER_SHAPE(VTensorDecodeAttentionLseInferShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(VTensorDecodeAttentionLseInferDtype));
