@@ -34,6 +34,10 @@ def add_parser(commands, common) -> None:
     p.add_argument("--vocab", type=int, default=1000)
     p.add_argument("--chunk-kib", type=int, default=64, help="slot-cache mapping chunk (KiB)")
     p.add_argument("--repeats", type=int, default=2, help="runs of each path, interleaved; the best is reported")
+    p.add_argument("--no-applied", action="store_true",
+                   help="skip the third path: padded generate() batches with paddle_vtensor.apply (copy-free caches)")
+    p.add_argument("--verify", action="store_true",
+                   help="also run generate() on every prompt alone and check generate_inflight's ids equal it")
     p.add_argument("--layout", action="store_true",
                    help="instead: measure the mapping waste of the two slot layouts for a Llama-3-8B shape")
     p.add_argument("--layout-slots", type=int, default=64)
@@ -42,14 +46,14 @@ def add_parser(commands, common) -> None:
     common(p)
 
 
-def workload(n: int, seed: int, prompt_range, output_range) -> tuple[list[list[int]], list[int]]:
+def workload(n: int, seed: int, prompt_range, output_range, vocab: int = 1000) -> tuple[list[list[int]], list[int]]:
     """Seeded requests: prompt and output lengths skewed short (u**2 and u**3 of a uniform u), so
     most requests are short and a few are long, as in serving traffic."""
     rng = np.random.default_rng(seed)
     (p_lo, p_hi), (o_lo, o_hi) = prompt_range, output_range
     plens = p_lo + np.floor((p_hi - p_lo + 1) * rng.random(n) ** 2).astype(int)
     olens = o_lo + np.floor((o_hi - o_lo + 1) * rng.random(n) ** 3).astype(int)
-    prompts = [rng.integers(2, 1000, size=int(k)).tolist() for k in plens]
+    prompts = [rng.integers(2, vocab, size=int(k)).tolist() for k in plens]
     return prompts, [int(x) for x in olens]
 
 
@@ -101,9 +105,10 @@ def run(args) -> int:
     load_ops(out=sys.stderr)
     shape = ModelShape(args.hidden_size, args.layers, args.heads, args.kv_heads, args.vocab)
     prompts, budgets = workload(args.requests, args.seed, (args.prompt_min, args.prompt_max),
-                                (args.output_min, args.output_max))
+                                (args.output_min, args.output_max), args.vocab)
     model = build_model(shape, "float32", args.prompt_max + args.output_max + 1, args.seed)
     chunk = args.chunk_kib * 1024
+    pvt.configure(chunk_bytes=chunk)  # the applied path's seq-major caches map in the same chunks
     useful = sum(budgets)
     # Warm-up of both paths on two short requests (kernels, caches, the op library).
     padded_generate(model, [p[:16] for p in prompts[:2]], [4, 4], 2)
@@ -112,8 +117,10 @@ def run(args) -> int:
     from tqdm import tqdm
 
     runs = {"padded_generate": [], "inflight": []}
+    if not args.no_applied:
+        runs["padded_generate_applied"] = []
     ids = {}
-    peak_mapped = None
+    peak_mapped = applied_peak = None
     for r in range(args.repeats):
         bar = tqdm(total=useful, desc=f"padded generate() #{r + 1}", unit="tok", file=sys.stderr,
                    disable=args.no_progress)
@@ -121,6 +128,17 @@ def run(args) -> int:
         ids["padded_generate"] = padded_generate(model, prompts, budgets, args.max_batch, tick=bar.update)
         runs["padded_generate"].append(time.perf_counter() - t0)
         bar.close()
+        if not args.no_applied:
+            bar = tqdm(total=useful, desc=f"padded generate() + pvt.apply #{r + 1}", unit="tok", file=sys.stderr,
+                       disable=args.no_progress)
+            pvt.reset_peak_mapped("cpu")
+            applied_base = pvt.memory_stats("cpu")["mapped_bytes"]
+            t0 = time.perf_counter()
+            with pvt.applied(model):
+                ids["padded_generate_applied"] = padded_generate(model, prompts, budgets, args.max_batch, tick=bar.update)
+            runs["padded_generate_applied"].append(time.perf_counter() - t0)
+            applied_peak = pvt.memory_stats("cpu")["peak_mapped_bytes"] - applied_base
+            bar.close()
         bar = tqdm(total=useful, desc=f"generate_inflight #{r + 1}", unit="tok", file=sys.stderr,
                    disable=args.no_progress)
         steps = []
@@ -140,7 +158,10 @@ def run(args) -> int:
 
     best = {k: min(v) for k, v in runs.items()}
     same = [a == b for a, b in zip(ids["padded_generate"], ids["inflight"])]
-    ideal_peak = max(_live_tokens(steps, prompts, budgets, args.max_batch)) * 2 * shape.layers * shape.kv_heads * shape.head_dim * 4
+    solo_equal = None
+    if args.verify:
+        solo = [padded_generate(model, [p], [b], 1) [0] for p, b in zip(prompts, budgets)]
+        solo_equal = int(sum(a == b for a, b in zip(solo, ids["inflight"])))
     result = {
         "command": "python -m paddle_vtensor " + " ".join(args.argv),
         "date": started,
@@ -154,12 +175,14 @@ def run(args) -> int:
         "seconds": runs,
         "tokens_per_s": {k: useful / v for k, v in best.items()},
         "speedup": best["padded_generate"] / best["inflight"],
+        "speedup_vs_applied": (best["padded_generate_applied"] / best["inflight"]) if "padded_generate_applied" in best else None,
         "inflight_steps": len(steps),
         "padded_decode_steps": sum(max(budgets[i:i + args.max_batch]) for i in range(0, len(budgets), args.max_batch)),
         "kv_peak_bytes": {"padded_generate_dense_from_shapes": dense_kv_peak(shape, prompts, budgets, args.max_batch),
-                          "inflight_mapped_measured": peak_mapped,
-                          "inflight_live_tokens_x_row_bytes": ideal_peak},
+                          "padded_generate_applied_mapped_measured": applied_peak,
+                          "inflight_mapped_measured": peak_mapped},
         "requests_with_identical_ids": int(sum(same)),
+        "inflight_ids_equal_solo_generate": solo_equal,
     }
     json_path, png_path = os.path.join(args.out, "bench_inflight.json"), os.path.join(args.out, "bench_inflight.png")
     with open(json_path, "w") as f:
@@ -167,20 +190,15 @@ def run(args) -> int:
     plot(result, steps, png_path)
     kv = result["kv_peak_bytes"]
     print(f"generated tokens: {useful} ({args.requests} requests, prompts {result['workload']['prompt_tokens']} tokens)")
-    for k in ("padded_generate", "inflight"):
+    for k in best:
         print(f"{k:>16}: {result['tokens_per_s'][k]:8.1f} tokens/s  (best of {args.repeats}: {best[k]:.2f} s)")
     print(f"speedup: {result['speedup']:.2f}x;  KV peak: padded {report.human_bytes(kv['padded_generate_dense_from_shapes'])}, "
           f"inflight mapped {report.human_bytes(kv['inflight_mapped_measured'])}")
     print(f"requests whose ids equal the padded baseline's: {sum(same)}/{len(same)}")
+    if solo_equal is not None:
+        print(f"requests whose inflight ids equal generate() on the prompt alone: {solo_equal}/{len(same)}")
     print(f"wrote {json_path} and {png_path}")
     return 0
-
-
-def _live_tokens(steps, prompts, budgets, max_batch):
-    """Not re-simulated: the runner's own lengths are what peak_mapped measures; this is a lower bound
-    from the workload (the max_batch longest prompt + budget totals)."""
-    totals = sorted((len(p) + b for p, b in zip(prompts, budgets)), reverse=True)
-    return [sum(totals[:max_batch])]
 
 
 def plot(result: dict, steps: list, path: str) -> None:
@@ -190,15 +208,17 @@ def plot(result: dict, steps: list, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (tps, mem, live) = plt.subplots(1, 3, figsize=(13, 4))
-    names = ["padded_generate", "inflight"]
-    colors = ["tab:red", "tab:blue"]
-    tps.bar(names, [result["tokens_per_s"][n] for n in names], color=colors)
+    names = [n for n in ("padded_generate", "padded_generate_applied", "inflight") if n in result["tokens_per_s"]]
+    colors = {"padded_generate": "tab:red", "padded_generate_applied": "tab:orange", "inflight": "tab:blue"}
+    tps.bar([n.replace("padded_generate", "padded").replace("_applied", "+apply") for n in names],
+            [result["tokens_per_s"][n] for n in names], color=[colors[n] for n in names])
     tps.set_ylabel("generated tokens / s")
     tps.set_title(f"{result['config']['requests']} requests, max_batch {result['config']['max_batch']}: "
                   f"{result['speedup']:.2f}x")
     kv = result["kv_peak_bytes"]
     mem.bar(["padded (dense)", "inflight (mapped)"],
-            [kv["padded_generate_dense_from_shapes"] / 2**20, (kv["inflight_mapped_measured"] or 0) / 2**20], color=colors)
+            [kv["padded_generate_dense_from_shapes"] / 2**20, (kv["inflight_mapped_measured"] or 0) / 2**20],
+            color=[colors["padded_generate"], colors["inflight"]])
     mem.set_ylabel("peak KV cache MiB")
     live.plot([s["step"] for s in steps], [s["live"] for s in steps], label="live sequences")
     live.plot([s["step"] for s in steps], [s["tokens"] for s in steps], alpha=0.5, label="tokens in the step")
