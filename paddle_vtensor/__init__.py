@@ -23,11 +23,25 @@ from .api import (
 )
 
 from .attention import decode_attention
+from .slots import (
+    LayerKV,
+    SlotError,
+    SlotKVCache,
+    attention_with_kvcache,
+    check_slot_errors,
+    read_slot,
+    release_slot,
+    reserve_slot,
+    slot_cache,
+    slot_info,
+    slot_kv_cache,
+)
 
 # The PaddleNLP integration, the static-graph pass and the exporter load on first use, so
 # `import paddle_vtensor` costs only the tensor API (and builds or loads no ops yet).
-_LAZY_MODULES = ("integration", "passes", "static_export")
-_LAZY_NAMES = {"UnsupportedModelError": "integration", "applied": "integration", "apply": "integration",
+_LAZY_MODULES = ("integration", "passes", "static_export", "inflight", "model_runner")
+_LAZY_NAMES = {"generate_inflight": "inflight", "SlotModelRunner": "model_runner",
+               "UnsupportedModelError": "integration", "applied": "integration", "apply": "integration",
                "remove": "integration"}
 
 
@@ -43,6 +57,19 @@ def __getattr__(name):
 __version__ = "0.1.0"
 
 __all__ = [
+    "LayerKV",
+    "SlotError",
+    "SlotKVCache",
+    "SlotModelRunner",
+    "attention_with_kvcache",
+    "check_slot_errors",
+    "generate_inflight",
+    "read_slot",
+    "release_slot",
+    "reserve_slot",
+    "slot_cache",
+    "slot_info",
+    "slot_kv_cache",
     "Config",
     "UnsupportedModelError",
     "applied",

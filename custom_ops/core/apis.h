@@ -6,5 +6,6 @@
 #include "device.h"
 #include "region.h"
 #include "seq_cache.h"
+#include "slot_cache.h"
 #include "stats.h"
 #include "status.h"

@@ -1,0 +1,163 @@
+#include "slot_cache.h"
+
+#include <algorithm>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "seq_cache.h"
+#include "stats.h"
+
+namespace pvt {
+namespace {
+
+// Live slot caches by base address (as SeqMajorCache keeps its own), leaked on purpose.
+std::mutex& registry_mutex() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+std::map<const char*, std::weak_ptr<SlotCache>>& registry() {
+  static auto* r = new std::map<const char*, std::weak_ptr<SlotCache>>();
+  return *r;
+}
+
+}  // namespace
+
+Status SlotCache::create(Device device, const SlotCacheShape& shape, size_t chunk_bytes,
+                         std::shared_ptr<SlotCache>* out) {
+  if (shape.num_slots <= 0 || shape.max_seq_len <= 0 || shape.row_bytes <= 0) {
+    return Status(Code::kInvalidArgument,
+                  "slot cache shape must be positive, got num_slots=" + std::to_string(shape.num_slots) +
+                      " max_seq_len=" + std::to_string(shape.max_seq_len) +
+                      " row_bytes=" + std::to_string(shape.row_bytes));
+  }
+  // mapped_tokens are int32 (what the kernels read); the byte size must fit size_t.
+  if (shape.max_seq_len > std::numeric_limits<int32_t>::max() ||
+      shape.num_slots > std::numeric_limits<int64_t>::max() / shape.slot_bytes()) {
+    return Status(Code::kInvalidArgument, "slot cache of " + std::to_string(shape.num_slots) + " x " +
+                                              std::to_string(shape.max_seq_len) + " rows of " +
+                                              std::to_string(shape.row_bytes) + " bytes is too large");
+  }
+  std::unique_ptr<Region> region;
+  PVT_RETURN_IF_ERROR(Region::create(device, static_cast<size_t>(shape.num_slots * shape.slot_bytes()),
+                                     chunk_bytes ? chunk_bytes : kDefaultChunkBytes, &region));
+  out->reset(new SlotCache(shape, std::move(region)));
+  stats_detail::add_views(device, 1);  // the cache tensor: one live VTensor
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry()[(*out)->data()] = *out;
+  return Status::Ok();
+}
+
+SlotCache::SlotCache(SlotCacheShape shape, std::unique_ptr<Region> region)
+    : shape_(shape), region_(std::move(region)), mapped_(static_cast<size_t>(shape.num_slots), 0) {}
+
+SlotCache::~SlotCache() {
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    registry().erase(region_->base());
+  }
+  stats_detail::add_views(device(), -1);
+}
+
+std::shared_ptr<SlotCache> SlotCache::find(const void* ptr) {
+  const char* p = static_cast<const char*>(ptr);
+  std::shared_ptr<SlotCache> cache;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    auto it = registry().upper_bound(p);
+    if (it == registry().begin()) return nullptr;
+    cache = std::prev(it)->second.lock();
+  }
+  if (cache && p < cache->data() + cache->reserved_bytes()) return cache;
+  return nullptr;
+}
+
+size_t SlotCache::mapped_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return region_->mapped_bytes();
+}
+
+int32_t SlotCache::mapped_tokens(int64_t slot) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slot >= 0 && slot < shape_.num_slots ? mapped_[static_cast<size_t>(slot)] : 0;
+}
+
+std::vector<int32_t> SlotCache::mapped_tokens_all(uint64_t* version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (version) *version = version_;
+  return mapped_;
+}
+
+std::shared_ptr<void> SlotCache::attachment() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return attachment_;
+}
+
+void SlotCache::set_attachment(std::shared_ptr<void> a) {
+  std::lock_guard<std::mutex> lock(mu_);
+  attachment_ = std::move(a);
+}
+
+Status SlotCache::check_slot(int64_t slot, const char* what) const {
+  if (slot < 0 || slot >= shape_.num_slots) {
+    return Status(Code::kOutOfRange, std::string(what) + ": slot " + std::to_string(slot) +
+                                         " is out of range [0, " + std::to_string(shape_.num_slots) + ")");
+  }
+  return Status::Ok();
+}
+
+Status SlotCache::reserve(int64_t slot, int64_t tokens, void* stream) {
+  PVT_RETURN_IF_ERROR(check_slot(slot, "reserve_slot"));
+  if (tokens < 0 || tokens > shape_.max_seq_len) {
+    return Status(Code::kOutOfRange, "reserve_slot: slot " + std::to_string(slot) + " needs " +
+                                         std::to_string(tokens) + " tokens but holds at most max_seq_len=" +
+                                         std::to_string(shape_.max_seq_len));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  int32_t& mapped = mapped_[static_cast<size_t>(slot)];
+  if (tokens <= mapped) return Status::Ok();
+  const size_t cb = region_->chunk_bytes();
+  const size_t begin = static_cast<size_t>(slot * shape_.slot_bytes() + mapped * shape_.row_bytes);
+  const size_t end = static_cast<size_t>(slot * shape_.slot_bytes() + tokens * shape_.row_bytes);
+  const size_t first = begin / cb * cb;
+  region_->set_stream(stream);
+  PVT_RETURN_IF_ERROR(region_->map_range(first, region_->round_up(end) - first));
+  mapped = static_cast<int32_t>(tokens);
+  ++version_;
+  return Status::Ok();
+}
+
+bool SlotCache::chunk_needed_by_other(size_t c, int64_t slot) const {
+  const int64_t cb = static_cast<int64_t>(region_->chunk_bytes());
+  const int64_t lo = static_cast<int64_t>(c) * cb, hi = lo + cb;  // chunk bytes [lo, hi)
+  const int64_t sb = shape_.slot_bytes();
+  for (int64_t s = lo / sb; s < shape_.num_slots && s * sb < hi; ++s) {
+    if (s == slot) continue;
+    const int64_t used_end = s * sb + mapped_[static_cast<size_t>(s)] * shape_.row_bytes;
+    if (mapped_[static_cast<size_t>(s)] > 0 && used_end > lo && s * sb < hi) return true;
+  }
+  return false;
+}
+
+Status SlotCache::release(int64_t slot, void* stream) {
+  PVT_RETURN_IF_ERROR(check_slot(slot, "release_slot"));
+  std::lock_guard<std::mutex> lock(mu_);
+  int32_t& mapped = mapped_[static_cast<size_t>(slot)];
+  if (mapped == 0) return Status::Ok();
+  const size_t cb = region_->chunk_bytes();
+  const size_t begin = static_cast<size_t>(slot * shape_.slot_bytes());
+  const size_t end = begin + static_cast<size_t>(mapped) * static_cast<size_t>(shape_.row_bytes);
+  // From here on the slot is not readable, even if an unmap below fails (memory stays mapped then,
+  // visible in the stats, but no kernel reads it).
+  mapped = 0;
+  ++version_;
+  region_->set_stream(stream);
+  for (size_t c = begin / cb; c * cb < end; ++c) {
+    if (!region_->chunk_mapped(c) || chunk_needed_by_other(c, slot)) continue;
+    PVT_RETURN_IF_ERROR(region_->unmap_range(c * cb, cb));
+  }
+  return Status::Ok();
+}
+
+}  // namespace pvt

@@ -1,0 +1,295 @@
+// vtensor_slot_attention: flash-attn's attention_with_kvcache over a slot cache, varlen.
+//   Q            [total_q, Hq, D] packed new tokens of n sequences (float32/float16/bfloat16)
+//   KCache, VCache  slot caches [slots, S, Hkv, D] (one layer), or the SAME model-wide cache
+//                [slots, S, L, 2, Hkv, D] twice with attr layer selecting (layer, K) and (layer, V)
+//   CacheSeqlens int32 [slots]: each slot's length before this call (not modified)
+//   KNew, VNew   optional [total_q, Hkv, D]: written in place at cache_seqlens[slot] + t of their slot.
+//                Absent: the new tokens' K/V are already in the cache right after cache_seqlens.
+//   CuSeqlensQ   int32 [n + 1]: sequence b owns rows cu[b] .. cu[b+1]-1 of Q (and KNew, VNew, Out)
+//   SlotIds      int32 [n]: the slot sequence b lives in; distinct
+//   attrs layer (-1 for a one-layer cache), scale, causal, max_seqlen_q / max_seqlen_k (host-known
+//         upper bounds sizing the CUDA launch; 0: total_q / max_seq_len)
+//   Out          [total_q, Hq, D]: sequence b attends over the first cache_seqlens[slot] + q_b tokens of
+//                its slot, causal within its new tokens (query t sees keys < cache_seqlens + t + 1).
+// CPU: the lengths are read on the host and every problem raises before anything is written.
+// CUDA: nothing is read back; a sequence whose rows are not mapped is skipped (zeros) and sets the
+// cache's error flag (check_slot_errors), see docs/SLOT_CACHE.md.
+#include <string>
+#include <vector>
+
+#include "vtensor_slot_common.h"
+#include "../kernels/append_varlen.h"
+#include "../kernels/decode_attention.h"
+
+namespace {
+
+constexpr const char* kOp = "vtensor_slot_attention";
+
+std::string dims_str(const phi::DDim& d) {
+  std::string s = "[";
+  for (int i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+pvt::ScalarType scalar_type(phi::DataType dtype) {
+  switch (dtype) {
+    case phi::DataType::FLOAT32: return pvt::ScalarType::kFloat32;
+    case phi::DataType::FLOAT16: return pvt::ScalarType::kFloat16;
+    case phi::DataType::BFLOAT16: return pvt::ScalarType::kBFloat16;
+    default: PD_THROW(kOp, ": q has dtype ", phi::DataTypeToString(dtype), "; expected float32, float16 or bfloat16");
+  }
+}
+
+void check_int32(const paddle::Tensor& t, const char* what, int64_t want_len, const phi::Place& place) {
+  PD_CHECK(t.dtype() == phi::DataType::INT32, kOp, ": ", what, " must be int32, got ",
+           phi::DataTypeToString(t.dtype()));
+  PD_CHECK(t.dims().size() == 1 && t.dims()[0] == want_len, kOp, ": ", what, " must have shape [", want_len,
+           "], got ", dims_str(t.dims()));
+  PD_CHECK(t.place() == place, kOp, ": ", what, " is on ", t.place().DebugString(), " but q is on ",
+           place.DebugString());
+}
+
+// Where one layer's K or V lies in a cache tensor: base pointer and (slot, token, head) strides.
+struct CacheView {
+  char* base = nullptr;
+  int64_t stride[3] = {0, 0, 0};
+  int64_t num_slots = 0, max_seq_len = 0, heads = 0, head_dim = 0;
+};
+
+CacheView cache_view(const paddle::Tensor& t, int64_t layer, int kv, int64_t elem_bytes, const char* what) {
+  const auto& d = t.dims();
+  CacheView v;
+  v.base = static_cast<char*>(const_cast<void*>(t.data()));
+  v.num_slots = d[0];
+  v.max_seq_len = d[1];
+  if (d.size() == 4) {
+    v.heads = d[2];
+    v.head_dim = d[3];
+    v.stride[0] = d[1] * d[2] * d[3];
+    v.stride[1] = d[2] * d[3];
+  } else {
+    PD_CHECK(d.size() == 6 && d[3] == 2, kOp, ": ", what,
+             " must be [slots, max_seq_len, kv_heads, head_dim] or [slots, max_seq_len, layers, 2, kv_heads, "
+             "head_dim], got ",
+             dims_str(d));
+    PD_CHECK(layer >= 0 && layer < d[2], kOp, ": layer ", layer, " is out of range [0, ", d[2], ")");
+    v.heads = d[4];
+    v.head_dim = d[5];
+    v.stride[1] = d[2] * 2 * d[4] * d[5];
+    v.stride[0] = d[1] * v.stride[1];
+    v.base += (2 * layer + kv) * d[4] * d[5] * elem_bytes;
+  }
+  v.stride[2] = v.head_dim;
+  return v;
+}
+
+}  // namespace
+
+std::vector<paddle::Tensor> VTensorSlotAttention(
+    const paddle::Tensor& q, const paddle::Tensor& k_cache, const paddle::Tensor& v_cache,
+    const paddle::Tensor& cache_seqlens, const paddle::optional<paddle::Tensor>& k_new,
+    const paddle::optional<paddle::Tensor>& v_new, const paddle::Tensor& cu_seqlens_q,
+    const paddle::Tensor& slot_ids, int64_t layer, float scale, bool causal, int64_t max_seqlen_q,
+    int64_t max_seqlen_k) {
+  const phi::Place place = q.place();
+  auto kc = pvt::slot_cache_of(k_cache, kOp, "k_cache");
+  auto vc = pvt::slot_cache_of(v_cache, kOp, "v_cache");
+  const bool model_cache = k_cache.dims().size() == 6;
+  if (model_cache) {
+    PD_CHECK(kc == vc, kOp, ": with a model-wide cache [slots, S, L, 2, Hkv, D] pass it as both k_cache and v_cache");
+  } else {
+    PD_CHECK(kc != vc, kOp, ": k_cache and v_cache are the same one-layer cache; K and V need one cache each");
+    PD_CHECK(k_cache.dims() == v_cache.dims(), kOp, ": v_cache has shape ", dims_str(v_cache.dims()),
+             " but k_cache has ", dims_str(k_cache.dims()));
+  }
+  PD_CHECK(q.dims().size() == 3, kOp, ": q must be packed [total_q, q_heads, head_dim], got ", dims_str(q.dims()));
+  const pvt::ScalarType dtype = scalar_type(q.dtype());
+  PD_CHECK(k_cache.dtype() == q.dtype() && v_cache.dtype() == q.dtype(), kOp, ": q has dtype ",
+           phi::DataTypeToString(q.dtype()), " but the cache has ", phi::DataTypeToString(k_cache.dtype()));
+  PD_CHECK(k_cache.place() == place && v_cache.place() == place, kOp, ": the cache is on ",
+           k_cache.place().DebugString(), " but q is on ", place.DebugString());
+  const int64_t eb = static_cast<int64_t>(phi::SizeOf(q.dtype()));
+  const CacheView kv = cache_view(k_cache, layer, 0, eb, "k_cache");
+  const CacheView vv = cache_view(v_cache, layer, 1, eb, "v_cache");
+  const int64_t total = q.dims()[0], Hq = q.dims()[1], D = q.dims()[2], Hkv = kv.heads;
+  const int64_t n = slot_ids.dims().size() == 1 ? slot_ids.dims()[0] : -1;
+  PD_CHECK(D == kv.head_dim, kOp, ": q has head_dim ", D, " but the cache has ", kv.head_dim);
+  PD_CHECK(Hq > 0 && Hq % Hkv == 0, kOp, ": q_heads (", Hq, ") must be a multiple of the cache's kv_heads (", Hkv, ")");
+  PD_CHECK(total > 0, kOp, ": q holds no tokens");
+  check_int32(cache_seqlens, "cache_seqlens", kv.num_slots, place);
+  PD_CHECK(n > 0, kOp, ": slot_ids must be int32 [n] with n >= 1, got shape ", dims_str(slot_ids.dims()));
+  check_int32(slot_ids, "slot_ids", n, place);
+  check_int32(cu_seqlens_q, "cu_seqlens_q", n + 1, place);
+  PD_CHECK(k_new.is_initialized() == v_new.is_initialized(), kOp, ": give both k_new and v_new or neither");
+  if (k_new) {
+    for (const paddle::Tensor* t : {&*k_new, &*v_new}) {
+      PD_CHECK(t->dims().size() == 3 && t->dims()[0] == total && t->dims()[1] == Hkv && t->dims()[2] == D, kOp,
+               ": k_new/v_new must be [total_q, kv_heads, head_dim] = [", total, ", ", Hkv, ", ", D, "], got ",
+               dims_str(t->dims()));
+      PD_CHECK(t->dtype() == q.dtype() && t->place() == place, kOp, ": k_new/v_new must match q's dtype and place");
+    }
+  }
+
+  paddle::Tensor out = paddle::empty({total, Hq, D}, q.dtype(), place);
+  pvt::AppendVarlenParams ap;
+  ap.num_seqs = n;
+  ap.total_tokens = total;
+  ap.heads = Hkv;
+  ap.head_dim = D;
+  ap.elem_bytes = eb;
+  ap.num_slots = kv.num_slots;
+  ap.max_seq_len = kv.max_seq_len;
+  ap.src_stride[0] = Hkv * D;
+  ap.src_stride[1] = D;
+  ap.cu_seqlens = cu_seqlens_q.data<int32_t>();
+  ap.slot_ids = slot_ids.data<int32_t>();
+  ap.cache_seqlens = cache_seqlens.data<int32_t>();
+
+  if (place.GetType() == phi::AllocationType::CPU) {
+    // Validate everything before the first write: a bad call leaves the cache as it was.
+    const int32_t* cu = ap.cu_seqlens;
+    const int32_t* slots = ap.slot_ids;
+    const int32_t* lens = ap.cache_seqlens;
+    PD_CHECK(cu[0] == 0 && cu[n] == total, kOp, ": cu_seqlens_q must start at 0 and end at total_q = ", total,
+             " (q's rows), got ", cu[0], " .. ", cu[n]);
+    std::vector<char> seen(static_cast<size_t>(kv.num_slots), 0);
+    for (int64_t b = 0; b < n; ++b) {
+      PD_CHECK(cu[b + 1] > cu[b], kOp, ": cu_seqlens_q must be strictly increasing (every sequence has a new token), "
+               "got cu_seqlens_q[", b, "] = ", cu[b], " and [", b + 1, "] = ", cu[b + 1]);
+      const int64_t s = slots[b];
+      PD_CHECK(s >= 0 && s < kv.num_slots, kOp, ": slot_ids[", b, "] = ", s, " is out of range [0, ", kv.num_slots, ")");
+      PD_CHECK(!seen[static_cast<size_t>(s)], kOp, ": slot ", s, " appears twice in slot_ids");
+      seen[static_cast<size_t>(s)] = 1;
+      const int64_t len = lens[s], need = len + cu[b + 1] - cu[b];
+      PD_CHECK(len >= 0, kOp, ": cache_seqlens[", s, "] = ", len, " is negative");
+      PD_CHECK(need <= kv.max_seq_len, kOp, ": slot ", s, " would hold ", need, " tokens, past max_seq_len = ",
+               kv.max_seq_len);
+      const int64_t mapped = std::min(kc->mapped_tokens(s), vc->mapped_tokens(s));
+      PD_CHECK(need <= mapped, kOp, ": slot ", s, " needs ", need, " tokens but only ", mapped,
+               " are mapped (call reserve_slot first; a released slot has none)");
+    }
+    if (k_new) {
+      for (int kvi = 0; kvi < 2; ++kvi) {
+        const CacheView& c = kvi ? vv : kv;
+        ap.dst = c.base;
+        std::copy(c.stride, c.stride + 3, ap.dst_stride);
+        ap.src = (kvi ? *v_new : *k_new).data();
+        pvt::throw_if_error(pvt::append_varlen_cpu(ap), kOp);
+      }
+    }
+    // Attention per sequence with the host kernel's causal rule (query t sees s < S - Tq + t + 1,
+    // S = len + q_b), which is exactly the varlen rule with the lengths known on the host.
+    static const bool kAttendAll = true;  // non-causal: a broadcast all-true mask
+    for (int64_t b = 0; b < n; ++b) {
+      const int64_t s = slots[b], first = cu[b], qb = cu[b + 1] - cu[b];
+      pvt::DecodeAttentionParams p;
+      p.batch = 1;
+      p.q_len = qb;
+      p.q_heads = Hq;
+      p.kv_heads = Hkv;
+      p.head_dim = D;
+      p.kv_len = lens[s] + qb;
+      p.dtype = dtype;
+      p.scale = scale;
+      p.q = static_cast<const char*>(q.data()) + first * Hq * D * eb;
+      p.out = static_cast<char*>(out.data()) + first * Hq * D * eb;
+      p.k = kv.base + s * kv.stride[0] * eb;
+      p.v = vv.base + s * vv.stride[0] * eb;
+      const int64_t qs[4] = {0, Hq * D, D, 1};
+      const int64_t ks[4] = {kv.stride[1], 0, kv.stride[2], 1};
+      const int64_t vs[4] = {vv.stride[1], 0, vv.stride[2], 1};
+      std::copy(qs, qs + 4, p.q_stride);
+      std::copy(qs, qs + 4, p.out_stride);
+      std::copy(ks, ks + 4, p.k_stride);
+      std::copy(vs, vs + 4, p.v_stride);
+      if (!causal) {
+        p.mask = &kAttendAll;
+        p.mask_type = pvt::ScalarType::kBool;
+      }
+      pvt::throw_if_error(pvt::decode_attention_cpu(p), kOp);
+    }
+    return {out};
+  }
+#ifdef PADDLE_VTENSOR_WITH_CUDA
+  PD_CHECK(causal, kOp, ": causal=False is not supported on the GPU (the varlen kernel takes no mask)");
+  PD_CHECK(D <= pvt::kCudaMaxHeadDim, kOp, ": head_dim ", D, " is larger than the CUDA kernel supports (",
+           pvt::kCudaMaxHeadDim, ")");
+  pvt::DeviceGuard guard(place);
+  void* stream = pvt::stream_of(q);
+  pvt::SlotDeviceState& state = pvt::slot_device_state(kc, place);
+  // One-layer caches: K and V are two caches; a slot is usable up to the smaller of their mappings.
+  paddle::Tensor mapped = state.mapped;
+  paddle::Tensor error_flag = state.error_flag;
+  if (vc != kc) mapped = paddle::experimental::minimum(mapped, pvt::slot_device_state(vc, place).mapped);
+  ap.kv_mapped = mapped.data<int32_t>();
+  ap.error_flag = error_flag.data<int32_t>();
+  if (k_new) {
+    for (int kvi = 0; kvi < 2; ++kvi) {
+      const CacheView& c = kvi ? vv : kv;
+      ap.dst = c.base;
+      std::copy(c.stride, c.stride + 3, ap.dst_stride);
+      ap.src = (kvi ? *v_new : *k_new).data();
+      pvt::throw_if_error(pvt::append_varlen_cuda(ap, stream), kOp);
+    }
+  }
+  pvt::DecodeAttentionParams p;
+  p.batch = n;
+  p.q_len = max_seqlen_q > 0 ? std::min(max_seqlen_q, total) : total;
+  p.q_heads = Hq;
+  p.kv_heads = Hkv;
+  p.head_dim = D;
+  p.kv_len = max_seqlen_k > 0 ? std::min(max_seqlen_k, kv.max_seq_len) : kv.max_seq_len;
+  p.dtype = dtype;
+  p.scale = scale;
+  p.q = q.data();
+  p.out = out.data();
+  p.k = kv.base;
+  p.v = vv.base;
+  const int64_t qs[4] = {0, Hq * D, D, 1};
+  const int64_t ks[4] = {kv.stride[1], kv.stride[0], kv.stride[2], 1};
+  const int64_t vs[4] = {vv.stride[1], vv.stride[0], vv.stride[2], 1};
+  std::copy(qs, qs + 4, p.q_stride);
+  std::copy(qs, qs + 4, p.out_stride);
+  std::copy(ks, ks + 4, p.k_stride);
+  std::copy(vs, vs + 4, p.v_stride);
+  p.cu_seqlens_q = ap.cu_seqlens;
+  p.kv_batch_index = ap.slot_ids;
+  p.cache_seqlens = ap.cache_seqlens;
+  p.kv_mapped = ap.kv_mapped;
+  p.error_flag = ap.error_flag;
+  const size_t ws = pvt::decode_attention_cuda_workspace_bytes(p);
+  paddle::Tensor workspace;
+  if (ws > 0) {
+    workspace = paddle::empty({static_cast<int64_t>(ws)}, phi::DataType::UINT8, place);
+    p.workspace = workspace.data();
+    p.workspace_bytes = ws;
+  }
+  pvt::throw_if_error(pvt::decode_attention_cuda(p, stream), kOp);
+  return {out};
+#else
+  PD_THROW(kOp, ": this build of paddle_vtensor has no CUDA kernels (tensor on ", place.DebugString(), ")");
+#endif
+}
+
+std::vector<std::vector<int64_t>> VTensorSlotAttentionInferShape(
+    const std::vector<int64_t>& q_shape, const std::vector<int64_t>&, const std::vector<int64_t>&,
+    const std::vector<int64_t>&, const paddle::optional<std::vector<int64_t>>&,
+    const paddle::optional<std::vector<int64_t>>&, const std::vector<int64_t>&, const std::vector<int64_t>&) {
+  return {q_shape};
+}
+
+std::vector<paddle::DataType> VTensorSlotAttentionInferDtype(
+    const paddle::DataType& q_dtype, const paddle::DataType&, const paddle::DataType&, const paddle::DataType&,
+    const paddle::optional<paddle::DataType>&, const paddle::optional<paddle::DataType>&, const paddle::DataType&,
+    const paddle::DataType&) {
+  return {q_dtype};
+}
+
+PD_BUILD_OP(vtensor_slot_attention)
+    .Inputs({"Q", "KCache", "VCache", "CacheSeqlens", paddle::Optional("KNew"), paddle::Optional("VNew"),
+             "CuSeqlensQ", "SlotIds"})
+    .Outputs({"Out"})
+    .Attrs({"layer: int64_t", "scale: float", "causal: bool", "max_seqlen_q: int64_t", "max_seqlen_k: int64_t"})
+    .SetKernelFn(PD_KERNEL(VTensorSlotAttention))
+    .SetInferShapeFn(PD_INFER_SHAPE(VTensorSlotAttentionInferShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(VTensorSlotAttentionInferDtype));

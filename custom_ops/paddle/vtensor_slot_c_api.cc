@@ -1,0 +1,67 @@
+// C entry points for the host decisions on a slot cache (reserve / release a slot, read its
+// bookkeeping). Not tensor ops: they move no data, and the scheduler calls them between steps.
+// Python reaches them with ctypes (paddle_vtensor/slots.py), keyed by the cache tensor's data pointer.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "../core/apis.h"
+
+namespace {
+
+// Copies "<Code>: <message>" into err (NUL-terminated, truncated) and returns the code (0: ok).
+int report(const pvt::Status& st, char* err, int64_t err_len) {
+  if (!st.ok() && err != nullptr && err_len > 0) {
+    const std::string text = st.to_string();
+    const size_t n = std::min(text.size(), static_cast<size_t>(err_len - 1));
+    std::memcpy(err, text.data(), n);
+    err[n] = '\0';
+  }
+  return static_cast<int>(st.code());
+}
+
+std::shared_ptr<pvt::SlotCache> find(const void* ptr, char* err, int64_t err_len, int* code) {
+  auto cache = pvt::SlotCache::find(ptr);
+  if (!cache) *code = report(pvt::Status(pvt::Code::kInvalidArgument, "the tensor is not a slot cache"), err, err_len);
+  return cache;
+}
+
+}  // namespace
+
+extern "C" {
+
+int pvt_slot_reserve(const void* ptr, int64_t slot, int64_t tokens, void* stream, char* err, int64_t err_len) {
+  int code = 0;
+  auto cache = find(ptr, err, err_len, &code);
+  return cache ? report(cache->reserve(slot, tokens, stream), err, err_len) : code;
+}
+
+int pvt_slot_release(const void* ptr, int64_t slot, void* stream, char* err, int64_t err_len) {
+  int code = 0;
+  auto cache = find(ptr, err, err_len, &code);
+  return cache ? report(cache->release(slot, stream), err, err_len) : code;
+}
+
+// Returns 0 when ptr is in no slot cache, else 1 and out[0..5] = num_slots, max_seq_len, row_bytes,
+// chunk_bytes, reserved_bytes, mapped_bytes.
+int pvt_slot_info(const void* ptr, int64_t* out) {
+  auto cache = pvt::SlotCache::find(ptr);
+  if (!cache) return 0;
+  const pvt::SlotCacheShape& s = cache->shape();
+  const int64_t v[6] = {s.num_slots, s.max_seq_len, s.row_bytes, static_cast<int64_t>(cache->chunk_bytes()),
+                        static_cast<int64_t>(cache->reserved_bytes()), static_cast<int64_t>(cache->mapped_bytes())};
+  for (int i = 0; i < 6; ++i) out[i] = v[i];
+  return 1;
+}
+
+// Fills out[0..num_slots) with each slot's mapped rows; returns 0 when ptr is in no slot cache.
+int pvt_slot_mapped_tokens(const void* ptr, int32_t* out, int64_t n) {
+  auto cache = pvt::SlotCache::find(ptr);
+  if (!cache) return 0;
+  const std::vector<int32_t> m = cache->mapped_tokens_all(nullptr);
+  for (int64_t i = 0; i < n && i < static_cast<int64_t>(m.size()); ++i) out[i] = m[static_cast<size_t>(i)];
+  return 1;
+}
+
+}  // extern "C"

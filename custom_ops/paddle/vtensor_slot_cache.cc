@@ -1,0 +1,44 @@
+// vtensor_slot_cache: a new slot cache, nothing mapped.
+//   Like  any tensor: gives the dtype (float32, float16, bfloat16) and the place
+//   attr shape  [num_slots, max_seq_len, row dims...]: [slots, S, H, D] for one layer's K or V
+//               (flash-attn's k_cache), [slots, S, L, 2, Hkv, D] for a whole model (token rows
+//               holding every layer, docs/SLOT_CACHE.md)
+//   attr chunk_bytes  mapping granularity (0: 2 MiB), rounded up to the device's
+//   Out   that shape, contiguous, over the cache's whole reservation. Rows are readable only once
+//         reserved (paddle_vtensor.reserve_slot); the slot ops check this, plain Paddle ops do not.
+#include "vtensor_slot_common.h"
+
+std::vector<paddle::Tensor> VTensorSlotCache(const paddle::Tensor& like, const std::vector<int64_t>& shape,
+                                             int64_t chunk_bytes) {
+  const char* op = "vtensor_slot_cache";
+  PD_CHECK(shape.size() >= 3, op, ": shape must be [num_slots, max_seq_len, row dims...], got rank ",
+           shape.size());
+  int64_t row = pvt::kv_elem_bytes(like.dtype(), op, "the cache dtype");
+  for (size_t i = 0; i < shape.size(); ++i) {
+    PD_CHECK(shape[i] > 0, op, ": every dimension must be positive, got ", shape[i], " at dimension ", i);
+    if (i >= 2) row *= shape[i];
+  }
+  pvt::SlotCacheShape s{shape[0], shape[1], row};
+  std::shared_ptr<pvt::SlotCache> cache;
+  pvt::throw_if_error(pvt::SlotCache::create(pvt::to_device(like.place()), s,
+                                             chunk_bytes > 0 ? static_cast<size_t>(chunk_bytes) : 0, &cache),
+                      op);
+  auto holder = std::make_shared<pvt::SlotAllocation>(cache, like.place());
+  phi::DenseTensorMeta meta(like.dtype(), phi::make_ddim(shape));
+  return {paddle::Tensor(std::make_shared<phi::DenseTensor>(holder, meta))};
+}
+
+std::vector<std::vector<int64_t>> VTensorSlotCacheInferShape(const std::vector<int64_t>&,
+                                                             const std::vector<int64_t>& shape, int64_t) {
+  return {shape};
+}
+
+std::vector<paddle::DataType> VTensorSlotCacheInferDtype(const paddle::DataType& dtype) { return {dtype}; }
+
+PD_BUILD_OP(vtensor_slot_cache)
+    .Inputs({"Like"})
+    .Outputs({"Out"})
+    .Attrs({"shape: std::vector<int64_t>", "chunk_bytes: int64_t"})
+    .SetKernelFn(PD_KERNEL(VTensorSlotCache))
+    .SetInferShapeFn(PD_INFER_SHAPE(VTensorSlotCacheInferShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(VTensorSlotCacheInferDtype));

@@ -1,0 +1,104 @@
+"""generate_inflight: continuous batching of greedy generation over a slot cache.
+
+At most ``max_batch`` sequences are in flight, one per slot of a :class:`SlotModelRunner`. Every step
+runs one forward over the packed new tokens of all live sequences (a newly admitted prompt's whole
+prefill shares the step with the others' one-token decodes), so no padding is computed. When a
+sequence ends (EOS or its token budget) its slot is released and the next waiting prompt takes it in
+the very next step.
+
+The host knows every slot's length from what it scheduled (``runner.host_lens``) and maps ahead
+(``runner.reserve``) before each step; the one device read per step is the step's next-token ids,
+which greedy decoding needs on the host anyway.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Callable, Sequence
+
+import numpy as np
+import paddle
+
+from .model_runner import SlotModelRunner
+from .slots import check_slot_errors
+
+
+def _budgets(max_new_tokens, n: int) -> list[int]:
+    if isinstance(max_new_tokens, (int, np.integer)):
+        budgets = [int(max_new_tokens)] * n
+    else:
+        budgets = [int(m) for m in max_new_tokens]
+        if len(budgets) != n:
+            raise ValueError(f"generate_inflight: max_new_tokens has {len(budgets)} entries for {n} prompts")
+    if any(m < 0 for m in budgets):
+        raise ValueError("generate_inflight: max_new_tokens must be >= 0")
+    return budgets
+
+
+@paddle.no_grad()
+def generate_inflight(model, prompts: Sequence[Sequence[int]], max_new_tokens, max_batch: int,
+                      eos_token_id: int | None = None, max_seq_len: int | None = None,
+                      chunk_bytes: int | None = None, on_step: Callable[[dict], None] | None = None,
+                      runner: SlotModelRunner | None = None) -> list[list[int]]:
+    """Greedy ids for every prompt (a list of token-id lists), equal to ``model.generate()`` on each
+    prompt alone, with at most ``max_batch`` sequences in flight.
+
+    max_new_tokens: an int, or one per prompt. A sequence ends after its budget or when it produces
+    ``eos_token_id`` (kept as its last id). max_seq_len: the slots' capacity (default: the longest
+    prompt + budget). on_step: called after each step with {"step", "live", "tokens", "finished"}.
+    """
+    prompts = [list(map(int, p)) for p in prompts]
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("generate_inflight: every prompt needs at least one token")
+    if int(max_batch) <= 0:
+        raise ValueError(f"generate_inflight: max_batch must be positive, got {max_batch}")
+    budgets = _budgets(max_new_tokens, len(prompts))
+    need = max((len(p) + m for p, m in zip(prompts, budgets)), default=1)
+    if runner is None:
+        runner = SlotModelRunner(model, int(max_batch), int(max_seq_len or need), chunk_bytes=chunk_bytes)
+    elif runner.num_slots < max_batch:
+        raise ValueError(f"generate_inflight: the runner has {runner.num_slots} slots, fewer than max_batch={max_batch}")
+    if need > runner.max_seq_len:
+        raise ValueError(f"generate_inflight: a prompt plus its budget needs {need} tokens, past max_seq_len={runner.max_seq_len}")
+
+    outputs: list[list[int]] = [[] for _ in prompts]
+    waiting = collections.deque(i for i in range(len(prompts)) if budgets[i] > 0)
+    free = list(range(int(max_batch)))[::-1]
+    live: dict[int, int] = {}        # slot -> request
+    pending: dict[int, list[int]] = {}  # slot -> tokens to feed this step
+    step = 0
+    while waiting or live:
+        while waiting and free:
+            slot, req = free.pop(), waiting.popleft()
+            live[slot] = req
+            pending[slot] = prompts[req]
+        slots = sorted(live)
+        counts = [len(pending[s]) for s in slots]
+        for s, c in zip(slots, counts):
+            runner.reserve(s, int(runner.host_lens[s]) + c)  # map ahead: a host decision
+        ids = np.concatenate([np.asarray(pending[s], dtype=np.int64) for s in slots])
+        cu = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        logits = runner.forward(ids, cu, np.asarray(slots, dtype=np.int32))
+        last = paddle.to_tensor(cu[1:] - 1, dtype="int64", place=logits.place)
+        next_ids = paddle.gather(logits, last).argmax(axis=-1).numpy()
+        runner.advance(np.asarray(slots, dtype=np.int32), np.asarray(counts, dtype=np.int32))
+        finished = []
+        for s, tok in zip(slots, next_ids.tolist()):
+            req = live[s]
+            outputs[req].append(int(tok))
+            if len(outputs[req]) >= budgets[req] or (eos_token_id is not None and tok == eos_token_id):
+                finished.append(s)
+            else:
+                pending[s] = [int(tok)]
+        if finished:
+            check_slot_errors(runner.cache)  # the finished-sequence check: one read of the GPU flag
+        for s in finished:
+            runner.release(s)
+            del live[s], pending[s]
+            free.append(s)
+        step += 1
+        if on_step is not None:
+            on_step({"step": step, "live": len(slots), "tokens": int(cu[-1]), "finished": len(finished)})
+    return outputs
+
+
+__all__ = ["generate_inflight"]
