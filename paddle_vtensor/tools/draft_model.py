@@ -35,3 +35,15 @@ def draft_from_target(target, layers: int | None = None, noise: float = 0.0, see
     if missing or unexpected:
         raise RuntimeError(f"draft_from_target: weights did not match (missing {missing}, unexpected {unexpected})")
     return draft
+
+
+def scale_deep_layers(target, first: int, scale: float) -> None:
+    """In place: multiply the residual-branch outputs (o_proj, down_proj) of layers >= `first` by
+    `scale`, so those layers refine rather than rewrite the residual stream. Trained llamas behave so
+    (what early-exit / layer-skipping drafts rely on); a random-weight llama does not, and a draft made
+    of its first layers would then almost never agree with it. Benchmarks say when they use this."""
+    for i, layer in enumerate(target.llama.layers):
+        if i < first:
+            continue
+        for proj in (layer.self_attn.o_proj, layer.mlp.down_proj):
+            proj.weight.set_value(proj.weight * float(scale))
