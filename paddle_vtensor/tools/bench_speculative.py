@@ -59,8 +59,8 @@ def run(args) -> int:
     from .draft_model import draft_from_target, scale_deep_layers
 
     if args.repeats < 1 or args.output_len < 2 or args.k < 1:
-        raise ValueError("--repeats and --k must be >= 1 and --output-len >= 2")
-    started = report.now()
+        raise ValueError(f"--repeats and --k must be >= 1 and --output-len >= 2, got {args.repeats}, {args.k}, {args.output_len}")
+    started, load_before = report.now(), os.getloadavg()[0]
     os.makedirs(args.out, exist_ok=True)
     load_ops(out=sys.stderr)
     shape = ModelShape(args.hidden_size, args.layers, args.heads, args.kv_heads, args.vocab)
@@ -100,6 +100,7 @@ def run(args) -> int:
         "command": "python -m paddle_vtensor " + " ".join(args.argv),
         "started": started,
         "machine": report.machine(),
+        "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
         "note": "CPU shared with other jobs while measuring (2 cores, several processes): compare paths "
                 "within this run, not across runs",
         "target": {"hidden_size": args.hidden_size, "layers": args.layers, "heads": args.heads,
