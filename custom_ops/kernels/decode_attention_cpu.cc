@@ -160,7 +160,14 @@ Status check_decode_attention_params(const DecodeAttentionParams& p) {
                                               scalar_type_name(p.dtype) + " (the dtype of q), got " +
                                               scalar_type_name(p.mask_type));
   }
-  if (p.mask == nullptr && p.kv_len < p.q_len) {
+  const bool varlen = p.cu_seqlens_q || p.kv_batch_index || p.cache_seqlens || p.kv_mapped;
+  if (p.mask != nullptr && varlen) {
+    return Status(Code::kInvalidArgument,
+                  op + "a mask cannot be combined with cu_seqlens_q, kv_batch_index, cache_seqlens or "
+                       "kv_mapped (the variable-length path is causal per entry)");
+  }
+  // With cu_seqlens_q, q_len only bounds the query counts; each entry is checked against its own.
+  if (p.mask == nullptr && p.cu_seqlens_q == nullptr && p.kv_len < p.q_len) {
     return Status(Code::kInvalidArgument,
                   op + "without a mask the attention is causal and needs kv_len >= q_len, got kv_len=" +
                       std::to_string(p.kv_len) + " q_len=" + std::to_string(p.q_len));
@@ -171,77 +178,151 @@ Status check_decode_attention_params(const DecodeAttentionParams& p) {
   return Status::Ok();
 }
 
+namespace {
+
+// One batch entry's view of the variable-length fields (decode_attention.h has the contract).
+struct Entry {
+  int64_t q_count = 0;     // its query rows
+  int64_t kv_count = 0;    // keys it attends over (n_b); query t sees keys s < kv_count - q_count + t + 1
+  int64_t slot = 0;        // the cache row it reads
+  int64_t first_row = 0;   // its first query row: b * Tq, or cu_seqlens_q[b] (lse index)
+  int64_t q_offset = 0;    // element offset of its query t = 0, head 0 (add t * q_stride[1])
+  int64_t out_offset = 0;  // likewise in out
+};
+
+Entry entry(const DecodeAttentionParams& p, int64_t b) {
+  Entry e;
+  if (p.cu_seqlens_q != nullptr) {
+    e.first_row = p.cu_seqlens_q[b];
+    e.q_count = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+    e.q_offset = e.first_row * p.q_stride[1];
+    e.out_offset = e.first_row * p.out_stride[1];
+  } else {
+    e.first_row = b * p.q_len;
+    e.q_count = p.q_len;
+    e.q_offset = b * p.q_stride[0];
+    e.out_offset = b * p.out_stride[0];
+  }
+  e.slot = p.kv_batch_index != nullptr ? p.kv_batch_index[b] : b;
+  e.kv_count = p.cache_seqlens != nullptr ? p.cache_seqlens[e.slot] + e.q_count : p.kv_len;
+  return e;
+}
+
+// The host reads the int32 arrays directly, so every value is checked before anything is written.
+Status check_varlen_values(const DecodeAttentionParams& p) {
+  const std::string op = "decode_attention: ";
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const std::string at = "[" + std::to_string(b) + "]";
+    if (p.cu_seqlens_q != nullptr) {
+      const int64_t lo = p.cu_seqlens_q[b], hi = p.cu_seqlens_q[b + 1];
+      if (lo < 0 || hi < lo || hi - lo > p.q_len) {
+        return Status(Code::kInvalidArgument,
+                      op + "cu_seqlens_q must be non-negative and non-decreasing with steps of at most "
+                           "q_len=" + std::to_string(p.q_len) + ", got cu_seqlens_q" + at + "=" +
+                           std::to_string(lo) + " and cu_seqlens_q[" + std::to_string(b + 1) + "]=" +
+                           std::to_string(hi));
+      }
+    }
+    if (p.kv_batch_index != nullptr && p.kv_batch_index[b] < 0) {
+      return Status(Code::kInvalidArgument, op + "kv_batch_index" + at + "=" +
+                                                std::to_string(p.kv_batch_index[b]) + " is negative");
+    }
+    const Entry e = entry(p, b);
+    if (p.cache_seqlens != nullptr && p.cache_seqlens[e.slot] < 0) {
+      return Status(Code::kInvalidArgument, op + "cache_seqlens[" + std::to_string(e.slot) + "]=" +
+                                                std::to_string(p.cache_seqlens[e.slot]) + " is negative");
+    }
+    if (e.kv_count > p.kv_len || e.kv_count < e.q_count) {
+      return Status(Code::kInvalidArgument,
+                    op + "entry " + std::to_string(b) + " attends over " + std::to_string(e.kv_count) +
+                        " keys with " + std::to_string(e.q_count) + " queries; kv_len=" +
+                        std::to_string(p.kv_len) + " must bound every entry's keys, and each entry "
+                        "needs at least as many keys as queries");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status decode_attention_cpu(const DecodeAttentionParams& p) {
   PVT_RETURN_IF_ERROR(check_decode_attention_params(p));
-  // Interim: the variable-length and lse fields are declared (decode_attention.h) but not yet
-  // implemented by this kernel; refuse them rather than ignore them.
-  if (p.cu_seqlens_q || p.kv_batch_index || p.cache_seqlens || p.kv_mapped || p.lse) {
-    return Status(Code::kUnsupported, "decode_attention_cpu: variable lengths and lse are not implemented yet");
-  }
-  const int64_t B = p.batch, Tq = p.q_len, S = p.kv_len, D = p.head_dim;
+  PVT_RETURN_IF_ERROR(check_varlen_values(p));
+  const int64_t D = p.head_dim;
   const int64_t G = p.q_heads / p.kv_heads;
-  const int64_t R = G * Tq;  // query rows sharing one kv head: row r = g * Tq + t
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  std::vector<float> q(static_cast<size_t>(R * D)), scores(static_cast<size_t>(R * S));
-  std::vector<float> acc(static_cast<size_t>(R * D)), kv(static_cast<size_t>(D));
 
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const Entry e = entry(p, b);
+    const int64_t Tq = e.q_count, S = e.kv_count;
+    if (Tq == 0) continue;
+    const int64_t R = G * Tq;  // query rows sharing one kv head: row r = g * Tq + t
+    const bool refused = p.kv_mapped != nullptr && S > p.kv_mapped[e.slot];
+    if (refused && p.error_flag != nullptr) *p.error_flag = 1;
+    std::vector<float> q(static_cast<size_t>(R * D)), scores(static_cast<size_t>(R * (S > 0 ? S : 1)));
+    std::vector<float> acc(static_cast<size_t>(R * D)), kv(static_cast<size_t>(D));
     for (int64_t hk = 0; hk < p.kv_heads; ++hk) {
-      for (int64_t r = 0; r < R; ++r) {
-        const int64_t h = hk * G + r / Tq, t = r % Tq;
-        float* qr = q.data() + r * D;
-        load_row(p.q, b * p.q_stride[0] + t * p.q_stride[1] + h * p.q_stride[2], p.q_stride[3], D,
-                 p.dtype, qr);
-        for (int64_t d = 0; d < D; ++d) qr[d] *= p.scale;
-      }
-      // Pass 1: scores, each key loaded once for all rows.
-      for (int64_t s = 0; s < S; ++s) {
-        load_row(p.k, s * p.k_stride[0] + b * p.k_stride[1] + hk * p.k_stride[2], p.k_stride[3], D,
-                 p.dtype, kv.data());
+      std::vector<float> denom(static_cast<size_t>(R), 0.f), rowmax(static_cast<size_t>(R), neg_inf);
+      std::fill(acc.begin(), acc.end(), 0.f);
+      if (!refused) {
         for (int64_t r = 0; r < R; ++r) {
           const int64_t h = hk * G + r / Tq, t = r % Tq;
-          float x = dot(q.data() + r * D, kv.data(), D);
-          if (p.mask == nullptr) {
-            if (s >= S - Tq + t + 1) x = neg_inf;
-          } else {
-            const float m = load(p.mask, b * p.mask_stride[0] + h * p.mask_stride[1] +
-                                             t * p.mask_stride[2] + s * p.mask_stride[3],
-                                 p.mask_type);
-            x = p.mask_type == ScalarType::kBool ? (m != 0.f ? x : neg_inf) : x + m;
-          }
-          scores[r * S + s] = x;
+          float* qr = q.data() + r * D;
+          load_row(p.q, e.q_offset + t * p.q_stride[1] + h * p.q_stride[2], p.q_stride[3], D, p.dtype, qr);
+          for (int64_t d = 0; d < D; ++d) qr[d] *= p.scale;
         }
-      }
-      // Softmax per row; a row that sees nothing (max = -inf) keeps weight 0 everywhere.
-      std::vector<float> denom(static_cast<size_t>(R), 0.f);
-      for (int64_t r = 0; r < R; ++r) {
-        float* sr = scores.data() + r * S;
-        float mx = neg_inf;
-        for (int64_t s = 0; s < S; ++s) mx = sr[s] > mx ? sr[s] : mx;
-        float sum = 0.f;
+        // Pass 1: scores, each key loaded once for all rows.
         for (int64_t s = 0; s < S; ++s) {
-          sr[s] = mx == neg_inf ? 0.f : std::exp(sr[s] - mx);
-          sum += sr[s];
+          load_row(p.k, s * p.k_stride[0] + e.slot * p.k_stride[1] + hk * p.k_stride[2], p.k_stride[3],
+                   D, p.dtype, kv.data());
+          for (int64_t r = 0; r < R; ++r) {
+            const int64_t h = hk * G + r / Tq, t = r % Tq;
+            float x = dot(q.data() + r * D, kv.data(), D);
+            if (p.mask == nullptr) {
+              if (s >= S - Tq + t + 1) x = neg_inf;
+            } else {
+              const float m = load(p.mask, b * p.mask_stride[0] + h * p.mask_stride[1] +
+                                               t * p.mask_stride[2] + s * p.mask_stride[3],
+                                   p.mask_type);
+              x = p.mask_type == ScalarType::kBool ? (m != 0.f ? x : neg_inf) : x + m;
+            }
+            scores[r * S + s] = x;
+          }
         }
-        denom[r] = sum;
-      }
-      // Pass 2: weighted values, each value row loaded once for all rows.
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t s = 0; s < S; ++s) {
-        load_row(p.v, s * p.v_stride[0] + b * p.v_stride[1] + hk * p.v_stride[2], p.v_stride[3], D,
-                 p.dtype, kv.data());
+        // Softmax per row; a row that sees nothing (max = -inf) keeps weight 0 everywhere.
         for (int64_t r = 0; r < R; ++r) {
-          const float w = scores[r * S + s];
-          if (w == 0.f) continue;
-          float* ar = acc.data() + r * D;
-          for (int64_t d = 0; d < D; ++d) ar[d] += w * kv[d];
+          float* sr = scores.data() + r * S;
+          float mx = neg_inf;
+          for (int64_t s = 0; s < S; ++s) mx = sr[s] > mx ? sr[s] : mx;
+          float sum = 0.f;
+          for (int64_t s = 0; s < S; ++s) {
+            sr[s] = mx == neg_inf ? 0.f : std::exp(sr[s] - mx);
+            sum += sr[s];
+          }
+          denom[r] = sum;
+          rowmax[r] = mx;
+        }
+        // Pass 2: weighted values, each value row loaded once for all rows.
+        for (int64_t s = 0; s < S; ++s) {
+          load_row(p.v, s * p.v_stride[0] + e.slot * p.v_stride[1] + hk * p.v_stride[2], p.v_stride[3],
+                   D, p.dtype, kv.data());
+          for (int64_t r = 0; r < R; ++r) {
+            const float w = scores[r * S + s];
+            if (w == 0.f) continue;
+            float* ar = acc.data() + r * D;
+            for (int64_t d = 0; d < D; ++d) ar[d] += w * kv[d];
+          }
         }
       }
       for (int64_t r = 0; r < R; ++r) {
         const int64_t h = hk * G + r / Tq, t = r % Tq;
         const float inv = denom[r] > 0.f ? 1.f / denom[r] : 0.f;
-        const int64_t base = b * p.out_stride[0] + t * p.out_stride[1] + h * p.out_stride[2];
+        const int64_t base = e.out_offset + t * p.out_stride[1] + h * p.out_stride[2];
         for (int64_t d = 0; d < D; ++d) store(p.out, base + d * p.out_stride[3], p.dtype, acc[r * D + d] * inv);
+        if (p.lse != nullptr) {
+          p.lse[(e.first_row + t) * p.q_heads + h] =
+              denom[r] > 0.f ? rowmax[r] + std::log(denom[r]) : neg_inf;
+        }
       }
     }
   }

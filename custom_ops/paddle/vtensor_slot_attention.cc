@@ -11,9 +11,11 @@
 //         upper bounds sizing the CUDA launch; 0: total_q / max_seq_len)
 //   Out          [total_q, Hq, D]: sequence b attends over the first cache_seqlens[slot] + q_b tokens of
 //                its slot, causal within its new tokens (query t sees keys < cache_seqlens + t + 1).
-// CPU: the lengths are read on the host and every problem raises before anything is written.
+// CPU: the lengths are read on the host and every problem raises before anything is written; then
+// the host varlen kernels run (append, attention with cu_seqlens_q / kv_batch_index / cache_seqlens).
 // CUDA: nothing is read back; a sequence whose rows are not mapped is skipped (zeros) and sets the
 // cache's error flag (check_slot_errors), see docs/SLOT_CACHE.md.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -177,37 +179,64 @@ std::vector<paddle::Tensor> VTensorSlotAttention(
         pvt::throw_if_error(pvt::append_varlen_cpu(ap), kOp);
       }
     }
-    // Attention per sequence with the host kernel's causal rule (query t sees s < S - Tq + t + 1,
-    // S = len + q_b), which is exactly the varlen rule with the lengths known on the host.
-    static const bool kAttendAll = true;  // non-causal: a broadcast all-true mask
+    // Causal: one call of the host kernel with the varlen fields (the lengths were just validated,
+    // so kv_len / q_len are exact bounds). Non-causal (no varlen mask exists): one call per sequence
+    // with a broadcast all-true mask, over its len + q_b keys.
+    static const bool kAttendAll = true;
+    const int64_t qs[4] = {0, Hq * D, D, 1};
+    std::vector<int32_t> mapped(static_cast<size_t>(kv.num_slots));
+    int64_t max_q = 0, max_k = 0;
+    for (int64_t s = 0; s < kv.num_slots; ++s) mapped[s] = std::min(kc->mapped_tokens(s), vc->mapped_tokens(s));
     for (int64_t b = 0; b < n; ++b) {
-      const int64_t s = slots[b], first = cu[b], qb = cu[b + 1] - cu[b];
+      max_q = std::max<int64_t>(max_q, cu[b + 1] - cu[b]);
+      max_k = std::max<int64_t>(max_k, lens[slots[b]] + cu[b + 1] - cu[b]);
+    }
+    int32_t flag = 0;
+    for (int64_t b = 0; b < (causal ? 1 : n); ++b) {
       pvt::DecodeAttentionParams p;
-      p.batch = 1;
-      p.q_len = qb;
       p.q_heads = Hq;
       p.kv_heads = Hkv;
       p.head_dim = D;
-      p.kv_len = lens[s] + qb;
       p.dtype = dtype;
       p.scale = scale;
-      p.q = static_cast<const char*>(q.data()) + first * Hq * D * eb;
-      p.out = static_cast<char*>(out.data()) + first * Hq * D * eb;
-      p.k = kv.base + s * kv.stride[0] * eb;
-      p.v = vv.base + s * vv.stride[0] * eb;
-      const int64_t qs[4] = {0, Hq * D, D, 1};
-      const int64_t ks[4] = {kv.stride[1], 0, kv.stride[2], 1};
-      const int64_t vs[4] = {vv.stride[1], 0, vv.stride[2], 1};
       std::copy(qs, qs + 4, p.q_stride);
       std::copy(qs, qs + 4, p.out_stride);
-      std::copy(ks, ks + 4, p.k_stride);
-      std::copy(vs, vs + 4, p.v_stride);
-      if (!causal) {
+      if (causal) {
+        p.batch = n;
+        p.q_len = max_q;
+        p.kv_len = max_k;
+        p.q = q.data();
+        p.out = out.data();
+        p.k = kv.base;
+        p.v = vv.base;
+        const int64_t ks[4] = {kv.stride[1], kv.stride[0], kv.stride[2], 1};
+        const int64_t vs[4] = {vv.stride[1], vv.stride[0], vv.stride[2], 1};
+        std::copy(ks, ks + 4, p.k_stride);
+        std::copy(vs, vs + 4, p.v_stride);
+        p.cu_seqlens_q = cu;
+        p.kv_batch_index = slots;
+        p.cache_seqlens = lens;
+        p.kv_mapped = mapped.data();
+        p.error_flag = &flag;
+      } else {
+        const int64_t s = slots[b], first = cu[b], qb = cu[b + 1] - cu[b];
+        p.batch = 1;
+        p.q_len = qb;
+        p.kv_len = lens[s] + qb;
+        p.q = static_cast<const char*>(q.data()) + first * Hq * D * eb;
+        p.out = static_cast<char*>(out.data()) + first * Hq * D * eb;
+        p.k = kv.base + s * kv.stride[0] * eb;
+        p.v = vv.base + s * vv.stride[0] * eb;
+        const int64_t ks[4] = {kv.stride[1], 0, kv.stride[2], 1};
+        const int64_t vs[4] = {vv.stride[1], 0, vv.stride[2], 1};
+        std::copy(ks, ks + 4, p.k_stride);
+        std::copy(vs, vs + 4, p.v_stride);
         p.mask = &kAttendAll;
         p.mask_type = pvt::ScalarType::kBool;
       }
       pvt::throw_if_error(pvt::decode_attention_cpu(p), kOp);
     }
+    PD_CHECK(flag == 0, kOp, ": the attention kernel refused a sequence whose rows are not mapped");
     return {out};
   }
 #ifdef PADDLE_VTENSOR_WITH_CUDA
