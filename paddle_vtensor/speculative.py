@@ -12,12 +12,13 @@ Each step, for every live sequence at once (state kept on the device):
    accepted drafts a (leading d_j == g_{j-1}), emits g_0..g_a, and moves both caches' lengths:
    target += a + 1, draft += a - k (what drafting advanced past the accepted tokens). That length
    update *is* the rollback: the rejected positions' K/V stay mapped past the slot's length and are
-   overwritten next step; no K/V is copied, and the chunks are kept for the next step (each slot's
-   memory goes back when the run ends, with its runner).
+   overwritten next step; no K/V is copied, and the chunks are kept for the next step (a slot's
+   memory goes back at the check that sees its sequence finished).
 
 The only host read per step is the finished-sequence check (out_len, finished, error flag: one
 small copy), which also gives the host the exact lengths it maps ahead with (reserve before the
-step) and lets it drop finished sequences from the batch.
+step) and lets it drop finished sequences from the batch and release their slots. The slot caches'
+own error flags are read once, at the end.
 
 Exactness: llama's generate() gives a left-padded token the rotary position of its index in the
 padded row (``prepare_inputs_for_generation`` passes ``arange(seq_len)``) and masks pad keys; the
@@ -146,7 +147,8 @@ def speculative_generate(target, draft, input_ids, attention_mask=None, max_new_
     with the target's eos token earlier (tokens after a sequence's eos are pad_token_id, as there).
 
     stats: acceptance_rate (accepted drafts / proposed), accepted, proposed, target_forwards,
-    draft_forwards, steps, host_reads (finished-sequence checks); with profile=True also
+    draft_forwards, steps, host_reads (finished-sequence checks + the two caches' error flags at the
+    end); with profile=True also
     time_s {draft, verify, accept, check} (accept = the rollback: the length update).
 
     accept_on_device=False runs the accept/advance bookkeeping on the host instead (a device read of
@@ -231,13 +233,16 @@ class _Loop:
             m = len(active)
             lens_now, fin_now, err = host[:m], host[m:2 * m], int(host[-1])
             if err:
-                check_slot_errors(self.t.cache)
+                self.check_caches()
                 raise SpeculativeError(f"speculative_generate: the accept step failed: {ERROR_NAMES.get(err, err)}")
             keep = np.nonzero(fin_now == 0)[0]
             if len(keep) < m:  # write the finished rows back, continue with the others
                 idx = self.dev(active, "int64")
                 out = paddle.scatter(out, idx, a_out)
                 out_len = paddle.scatter(out_len, idx, a_len)
+                for s in active[fin_now != 0]:  # a finished sequence's slot memory goes back now
+                    self.t.release(int(s))
+                    self.d.release(int(s))
                 if len(keep) == 0:
                     break
                 sel = self.dev(keep, "int64")
@@ -248,6 +253,7 @@ class _Loop:
             committed = self.lens[active] + lens_now - 1  # exact target lengths (tokens in the cache)
             self.clock.lap("check")
             x, y = self.step(active, committed, x, y, a_out, a_len, a_fin, flag, accepted_total)
+        self.check_caches()
         if self.on_device:
             accepted = int(accepted_total.numpy()[0])
         else:
@@ -261,12 +267,27 @@ class _Loop:
 
     host_accepted = 0
 
+    def check_caches(self):
+        """The slot caches' own error flags (a GPU attention/append that met an unreserved slot): one
+        read each, at the end of the run or when the accept step failed."""
+        for r in (self.t, self.d):
+            check_slot_errors(r.cache)
+            self.stats["host_reads"] += 1
+
+    def device_slots(self, active):
+        """(slots int64, slots int32, pads int64) of the active sequences on the device, uploaded once
+        per batch composition rather than every step."""
+        key = tuple(active.tolist())
+        if getattr(self, "_slots_key", None) != key:
+            self._slots_key = key
+            self._slots_dev = (self.dev(active, "int64"), self.dev(active, "int32"), self.dev(self.pads[active], "int64"))
+        return self._slots_dev
+
     def step(self, active, committed, x, y, out, out_len, fin, flag, accepted_total):
         """One speculative step for the active sequences (in slots `active`); returns the new (x, y)."""
         k, m = self.k, len(active)
         slots = active.astype(np.int32)
-        slots_dev = self.dev(slots, "int64")
-        pads = self.dev(self.pads[active], "int64")
+        slots_dev, slots32, pads = self.device_slots(active)
         # Map ahead (host decision): target writes [T, T + k], draft [T - 1, T + k - 1].
         for s, t in zip(slots, committed):
             self.t.reserve(int(s), int(t) + k + 1)
@@ -300,7 +321,7 @@ class _Loop:
         if self.on_device:
             accepted = paddle.zeros([m], dtype="int32").to(self.place)
             x_next = paddle.zeros([m], dtype="int64").to(self.place)
-            speculative_accept(draft_tokens, target_tokens, self.dev(slots, "int32"), self.t.cache_seqlens,
+            speculative_accept(draft_tokens, target_tokens, slots32, self.t.cache_seqlens,
                                self.d.cache_seqlens, out, out_len, fin, accepted, x_next, flag,
                                target_capacity=self.t.max_seq_len, draft_capacity=self.d.max_seq_len,
                                target_advance=1, draft_advance=-k, eos_token_id=self.eos, pad_token_id=self.pad)
