@@ -176,6 +176,9 @@ def speculative_generate(target, draft, input_ids, attention_mask=None, max_new_
 
 
 class _Loop:
+    """One speculative_generate call: the two runners (slot i of each holds sequence i), the host's
+    view of the prompts, and the stats."""
+
     def __init__(self, runners, ids, lens, pads, max_new, k, eos, pad, on_device, profile):
         self.t, self.d = runners
         self.place = self.t.place
@@ -184,6 +187,7 @@ class _Loop:
         self.on_device = on_device
         self.clock = _Clock(profile, self.place)
         self.stats = {"target_forwards": 0, "draft_forwards": 0, "steps": 0, "host_reads": 0, "proposed": 0}
+        self.host_accepted = 0  # accepted drafts, counted by the host path
 
     def dev(self, array, dtype):
         return paddle.to_tensor(np.ascontiguousarray(array).astype(dtype), place=self.place)
@@ -264,8 +268,6 @@ class _Loop:
         if self.clock.on:
             stats["time_s"] = dict(self.clock.total)
         return paddle.to_tensor(result), stats
-
-    host_accepted = 0
 
     def check_caches(self):
         """The slot caches' own error flags (a GPU attention/append that met an unreserved slot): one
