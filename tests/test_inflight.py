@@ -98,3 +98,33 @@ def test_bad_arguments():
         pvt.generate_inflight(model, [[]], 2, max_batch=2)
     with pytest.raises(pvt.UnsupportedModelError):
         pvt.SlotModelRunner(paddle.nn.Linear(2, 2), 2, 8)
+
+
+def test_bench_inflight_cli_tiny(tmp_path):
+    """The benchmark command end to end on a tiny workload: JSON keys, the plot, and its own check that
+    generate_inflight's ids equal generate() on each prompt alone."""
+    import json
+
+    from paddle_vtensor.tools import cli
+
+    assert cli.main(["bench-inflight", "--requests", "3", "--prompt-min", "4", "--prompt-max", "12", "--output-min", "2",
+                     "--output-max", "6", "--max-batch", "2", "--hidden-size", "64", "--layers", "2", "--vocab", "100",
+                     "--repeats", "1", "--verify", "--no-progress", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "bench_inflight.json").read_text())
+    assert result["inflight_ids_equal_solo_generate"] == 3
+    assert set(result["tokens_per_s"]) == {"padded_generate", "padded_generate_applied", "inflight"}
+    assert result["workload"]["generated_tokens"] == sum(result["workload"]["output_lens"])
+    assert result["kv_peak_bytes"]["inflight_mapped_measured"] > 0
+    assert (tmp_path / "bench_inflight.png").stat().st_size > 0
+
+
+def test_bench_inflight_layout_tiny(tmp_path):
+    from paddle_vtensor.tools import cli
+
+    assert cli.main(["bench-inflight", "--layout", "--layout-slots", "2", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    import json
+
+    cases = json.loads((tmp_path / "layout.json").read_text())["cases"]
+    for case in cases.values():
+        assert case["token_rows_waste"] < 2 * (2 << 20)  # at most one 2 MiB chunk per slot
+        assert case["per_layer_mapped"] >= case["token_rows_mapped"] >= case["needed_bytes"]
