@@ -4,22 +4,18 @@
 //                         VTensor; Paddle makes any other input contiguous first); Hq % Hkv == 0
 //   Mask  optional [B or 1, Hq or 1, Tq or 1, S]: bool (true = attend) or additive float
 //         (float32 or Q's dtype), as PaddleNLP builds it ([B, 1, Tq, S]). Absent: causal.
-//   attr scale (> 0 or any finite value; the Python wrapper passes 1/sqrt(D) by default)
+//   attr scale (any finite value; the Python wrapper passes 1/sqrt(D) by default)
 //   Out   [B, Tq, Hq, D], Q's dtype.
+#include <cmath>
 #include <string>
 
-#include "vtensor_allocation.h"
+#include "append_common.h"
 #include "../kernels/decode_attention.h"
 
 namespace {
 
-constexpr const char* kOp = "vtensor_decode_attention";
-
-std::string dims_str(const phi::DDim& d) {
-  std::string s = "[";
-  for (int i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
+constexpr const char* kOp = pvt::names::kDecodeAttention;
+using pvt::dims_str;
 
 // The one dtype dispatch of this op: Paddle dtype -> kernel scalar type.
 pvt::ScalarType scalar_type(phi::DataType dtype, const char* what) {
@@ -34,8 +30,14 @@ pvt::ScalarType scalar_type(phi::DataType dtype, const char* what) {
   }
 }
 
+// The op's only checks: the Python wrapper passes its arguments straight through.
 void check_inputs(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
-                  const paddle::optional<paddle::Tensor>& mask) {
+                  const paddle::optional<paddle::Tensor>& mask, float scale) {
+  pvt::check_defined(q, kOp, "q");
+  pvt::check_defined(k, kOp, "the key cache");
+  pvt::check_defined(v, kOp, "the value cache");
+  if (mask) pvt::check_defined(*mask, kOp, "the mask");
+  PD_CHECK(std::isfinite(scale), kOp, ": scale must be finite, got ", scale);
   const auto& qd = q.dims();
   const auto& kd = k.dims();
   PD_CHECK(qd.size() == 4, kOp, ": q must have rank 4 [batch, q_len, q_heads, head_dim], got shape ",
@@ -90,7 +92,8 @@ std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, cons
                                                    const paddle::Tensor& v,
                                                    const paddle::optional<paddle::Tensor>& mask,
                                                    float scale) {
-  check_inputs(q, k, v, mask);
+  check_inputs(q, k, v, mask, scale);
+  pvt::DeviceGuard guard(q.place(), kOp);
   const auto& qd = q.dims();
   paddle::Tensor out = paddle::empty({qd[0], qd[1], qd[2], qd[3]}, q.dtype(), q.place());
 
@@ -131,7 +134,11 @@ std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, cons
     p.workspace = workspace.data();
     p.workspace_bytes = ws;
   }
-  pvt::throw_if_error(pvt::decode_attention_cuda(p, pvt::stream_of(q)), kOp);
+  void* stream = pvt::stream_of(q);
+  pvt::throw_if_error(pvt::decode_attention_cuda(p, stream), kOp);
+  // The kernel reads K and V where they lie: their caches must not be released before it ran.
+  pvt::record_cache_use(p.k, q.place(), stream, kOp);
+  pvt::record_cache_use(p.v, q.place(), stream, kOp);
   return {out};
 #else
   PD_THROW(kOp, ": this build of paddle_vtensor has no CUDA kernels (tensor on ", q.place().DebugString(), ")");
@@ -151,10 +158,10 @@ std::vector<paddle::DataType> VTensorDecodeAttentionInferDtype(const paddle::Dat
   return {q_dtype};
 }
 
-PD_BUILD_OP(vtensor_decode_attention)
+PVT_BUILD_OP(PVT_OP_DECODE_ATTENTION)
     .Inputs({"Q", "K", "V", paddle::Optional("Mask")})
     .Outputs({"Out"})
-    .Attrs({"scale: float"})
+    .Attrs({PVT_ATTR_SCALE ": float"})
     .SetKernelFn(PD_KERNEL(VTensorDecodeAttention))
     .SetInferShapeFn(PD_INFER_SHAPE(VTensorDecodeAttentionInferShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(VTensorDecodeAttentionInferDtype));
