@@ -40,8 +40,10 @@ from .slots import (
 
 # The PaddleNLP integration, the static-graph pass and the exporter load on first use, so
 # `import paddle_vtensor` costs only the tensor API (and builds or loads no ops yet).
-_LAZY_MODULES = ("integration", "passes", "static_export", "inflight", "model_runner", "distributed")
+_LAZY_MODULES = ("integration", "passes", "static_export", "inflight", "model_runner", "distributed",
+                 "speculative")
 _LAZY_NAMES = {"generate_inflight": "inflight", "SlotModelRunner": "model_runner",
+               "speculative_generate": "speculative", "SpeculativeError": "speculative",
                "UnsupportedModelError": "integration", "applied": "integration", "apply": "integration",
                "remove": "integration"}
 
@@ -58,6 +60,8 @@ def __getattr__(name):
 __version__ = "0.1.0"
 
 __all__ = [
+    "speculative_generate",
+    "SpeculativeError",
     "LayerKV",
     "SlotError",
     "SlotKVCache",
