@@ -14,6 +14,7 @@
 #include <cmath>
 #include <string>
 
+#include "../op_names.h"
 #include "append_common.h"
 #include "../kernels/decode_attention.h"
 
@@ -205,10 +206,10 @@ std::vector<paddle::DataType> VTensorDecodeAttentionLseInferDtype(const paddle::
   return {q_dtype, paddle::DataType::FLOAT32};
 }
 
-PD_BUILD_OP(vtensor_decode_attention_lse)
+PVT_BUILD_OP(PVT_OP_DECODE_ATTENTION_LSE)
     .Inputs({"Q", "K", "V", paddle::Optional("Mask")})
     .Outputs({"Out", "Lse"})
-    .Attrs({"scale: float"})
+    .Attrs({PVT_ATTR_SCALE ": float"})
     .SetKernelFn(PD_KERNEL(VTensorDecodeAttentionLse))
     .SetInferShapeFn(PD_INFER_SHAPE(VTensorDecodeAttentionLseInferShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(VTensorDecodeAttentionLseInferDtype));

@@ -5,12 +5,13 @@
 // Parts that saw no key carry lse -inf (weight 0); see kernels/merge_attention_states.h.
 #include <string>
 
+#include "../op_names.h"
 #include "vtensor_allocation.h"
 #include "../kernels/merge_attention_states.h"
 
 namespace {
 
-constexpr const char* kOp = "vtensor_merge_attention_states";
+constexpr const char* kOp = pvt::names::kMergeAttentionStates;
 
 std::string dims_str(const phi::DDim& d) {
   std::string s = "[";
@@ -111,7 +112,7 @@ std::vector<paddle::DataType> VTensorMergeAttentionStatesInferDtype(const std::v
   return {out_dtypes.empty() ? paddle::DataType::FLOAT32 : out_dtypes[0], paddle::DataType::FLOAT32};
 }
 
-PD_BUILD_OP(vtensor_merge_attention_states)
+PVT_BUILD_OP(PVT_OP_MERGE_ATTENTION_STATES)
     .Inputs({paddle::Vec("Outs"), paddle::Vec("Lses")})
     .Outputs({"Out", "Lse"})
     .SetKernelFn(PD_KERNEL(VTensorMergeAttentionStates))
