@@ -165,6 +165,50 @@ inline void accumulate_rows(const float* p, const typename Ld<V, E>::P* vp, int6
   }
 }
 
+// Two keys at once (NC > 0): each query row and accumulator goes through registers once per key
+// pair instead of once per key, halving the L1 traffic that bounds grouped-query heads.
+template <class V, int E, int NC>
+inline void score_rows2(const float* q, const typename Ld<V, E>::P* k0, const typename Ld<V, E>::P* k1,
+                        int64_t rows, int64_t Dp, float* out) {
+  using T = typename V::T;
+  constexpr int64_t W = V::W;
+  T ka[NC], kb[NC];
+  PVT_UNROLL
+  for (int c = 0; c < NC; ++c) {
+    ka[c] = Ld<V, E>::load(k0 + c * W);
+    kb[c] = Ld<V, E>::load(k1 + c * W);
+  }
+  for (int64_t r = 0; r < rows; ++r, q += Dp) {
+    T a = V::zero(), b = V::zero();
+    PVT_UNROLL
+    for (int c = 0; c < NC; ++c) {
+      const T qc = V::load(q + c * W);
+      a = V::fmadd(qc, ka[c], a);
+      b = V::fmadd(qc, kb[c], b);
+    }
+    out[r * kTile] = V::reduce_add(a);
+    out[r * kTile + 1] = V::reduce_add(b);
+  }
+}
+
+template <class V, int E, int NC>
+inline void accumulate_rows2(const float* p, const typename Ld<V, E>::P* v0, const typename Ld<V, E>::P* v1,
+                             int64_t rows, int64_t Dp, float* acc) {
+  using T = typename V::T;
+  constexpr int64_t W = V::W;
+  T va[NC], vb[NC];
+  PVT_UNROLL
+  for (int c = 0; c < NC; ++c) {
+    va[c] = Ld<V, E>::load(v0 + c * W);
+    vb[c] = Ld<V, E>::load(v1 + c * W);
+  }
+  for (int64_t r = 0; r < rows; ++r, acc += Dp) {
+    const T wa = V::set1(p[r * kTile]), wb = V::set1(p[r * kTile + 1]);
+    PVT_UNROLL
+    for (int c = 0; c < NC; ++c) V::store(acc + c * W, V::fmadd(wb, vb[c], V::fmadd(wa, va[c], V::load(acc + c * W))));
+  }
+}
+
 template <class V, int E, int NC>
 void run_item_typed(const Item& it) {
   using T = typename V::T;
@@ -206,6 +250,14 @@ void run_item_typed(const Item& it) {
         if (s0 + j >= e.s_end) continue;
         const int64_t per_kv = it.group * e.q_count;
         const P* krow = (it.convert ? conv_k + (j * ks) : static_cast<const P*>(e.k) + (s0 + j) * ks);
+        if (NC > 0 && (j & 1) == 0 && s0 + j + 1 < e.s_end && j + 1 < ts) {  // keys j and j + 1
+          for (int64_t hk = 0; hk < hkv; ++hk) {
+            score_rows2<V, E, NC>(e.q + hk * per_kv * Dp, krow + hk * kh, krow + ks + hk * kh, per_kv, Dp,
+                                  it.scratch + e.scores_at + hk * per_kv * kTile + j);
+          }
+          continue;
+        }
+        if (NC > 0 && (j & 1) == 1 && s0 + j < e.s_end && j >= 1) continue;  // done with j - 1
         for (int64_t hk = 0; hk < hkv; ++hk) {
           const P* kp = krow + hk * kh;
           score_rows<V, E, NC>(e.q + hk * per_kv * Dp, kp, per_kv, nc, Dp,
@@ -267,6 +319,14 @@ void run_item_typed(const Item& it) {
         if (s0 + j >= e.s_end) continue;
         const int64_t per_kv = it.group * e.q_count;
         const P* vrow = (it.convert ? conv_v + (j * vs) : static_cast<const P*>(e.v) + (s0 + j) * vs);
+        if (NC > 0 && (j & 1) == 0 && s0 + j + 1 < e.s_end && j + 1 < ts) {  // keys j and j + 1
+          for (int64_t hk = 0; hk < hkv; ++hk) {
+            accumulate_rows2<V, E, NC>(it.scratch + e.scores_at + hk * per_kv * kTile + j, vrow + hk * vh,
+                                       vrow + vs + hk * vh, per_kv, Dp, e.acc + hk * per_kv * Dp);
+          }
+          continue;
+        }
+        if (NC > 0 && (j & 1) == 1 && s0 + j < e.s_end && j >= 1) continue;  // done with j - 1
         for (int64_t hk = 0; hk < hkv; ++hk) {
           const P* vp = vrow + hk * vh;
           accumulate_rows<V, E, NC>(it.scratch + e.scores_at + hk * per_kv * kTile + j, vp, per_kv, nc, Dp,
