@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -280,6 +281,8 @@ int elem_of(ScalarType t) {
 constexpr int64_t kMinChunk = 256;
 // Floats of per-item state (scores, accumulators) a group of entries may share: about 128 KiB,
 // well inside a core's L2, so the accumulators stay cached while the K/V rows stream past.
+// Bytes of K and V (an upper bound: kv_len keys for every entry) from which a call uses all threads.
+constexpr int64_t kParallelBytes = int64_t(16) << 20;
 constexpr int64_t kGroupFloats = 32 * 1024;
 
 int64_t chunk_keys(int64_t total_keys, int threads) {
@@ -306,7 +309,19 @@ Status decode_attention_cpu(const DecodeAttentionParams& p) {
   PVT_RETURN_IF_ERROR(check_decode_attention_params(p));
   PVT_RETURN_IF_ERROR(check_varlen_values(p));
   const Isa isa = pick_isa();
-  const int threads = cpu_pool_threads();
+  // Small calls stay on the calling thread: waking the workers costs tens of microseconds on an
+  // idle machine and up to a scheduler slice on a loaded one, more than one core needs to stream
+  // a few MiB.
+  const int64_t kv_bytes = 2 * p.kv_len * p.batch * p.kv_heads * p.head_dim *
+                           (p.dtype == ScalarType::kFloat32 ? 4 : 2);
+  const int threads = kv_bytes >= kParallelBytes ? cpu_pool_threads() : 1;
+  const auto run_all = [threads](int64_t n, const std::function<void(int64_t)>& fn) {
+    if (threads > 1) {
+      cpu_parallel_for(n, fn);
+    } else {
+      for (int64_t i = 0; i < n; ++i) fn(i);
+    }
+  };
   const int64_t B = p.batch, D = p.head_dim, Hq = p.q_heads, Hkv = p.kv_heads, G = Hq / Hkv;
   const int64_t Dp = (D + isa.width - 1) / isa.width * isa.width;
   const bool convert = p.k_stride[3] != 1 || p.v_stride[3] != 1 || Dp != D;
@@ -444,7 +459,7 @@ Status decode_attention_cpu(const DecodeAttentionParams& p) {
   }
   for (size_t i = 0; i < items.size(); ++i) items[i].entries = works.data() + item_first_work[i];
   const size_t scratch = static_cast<size_t>(max_scratch);
-  cpu_parallel_for(static_cast<int64_t>(items.size()), [&](int64_t i) {
+  run_all(static_cast<int64_t>(items.size()), [&](int64_t i) {
     thread_local std::vector<float> tls;
     if (tls.size() < scratch) tls.resize(scratch);
     Item it = items[i];
@@ -453,7 +468,7 @@ Status decode_attention_cpu(const DecodeAttentionParams& p) {
   });
 
   // Merge the partials of each entry (log-sum-exp of the chunks), write out and lse.
-  cpu_parallel_for(B, [&](int64_t b) {
+  run_all(B, [&](int64_t b) {
     const EntryPlan& ep = plan[b];
     const std::vector<int64_t>& mine = entry_works[b];
     const int64_t tq = ep.e.q_count;
