@@ -8,6 +8,7 @@ echo "== native harness (host backend)"
 cmake -S tests/native -B build/native -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build/native -j2 > /dev/null
 ./build/native/test_core
+./build/native/test_attention_cpu
 if command -v nvcc > /dev/null; then
   echo "== nvcc compile check of every CUDA source (no GPU needed)"
   bash scripts/compile_cuda.sh

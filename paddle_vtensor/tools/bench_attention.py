@@ -69,13 +69,21 @@ def read_floor(ks: np.ndarray, vs: np.ndarray) -> float:
     return float(ks.view(np.float32).sum()) + float(vs.view(np.float32).sum())
 
 
+# Read before every timed call so that every call starts from the same cache state: none finds the
+# bytes the previous call read in the last-level cache (32 MiB on the machine of docs/PERFORMANCE.md).
+FLUSH_BYTES = 128 << 20
+
+
 def best_of(fns: dict, repeats: int) -> dict:
-    """Runs each callable once to warm up, then `repeats` rounds of all of them in turn."""
+    """Runs each callable once to warm up, then `repeats` rounds of all of them in turn, each call
+    after a read of FLUSH_BYTES of other memory."""
+    flush = np.ones(FLUSH_BYTES // 8)
     times = {name: [] for name in fns}
     for fn in fns.values():
         fn()
     for _ in range(repeats):
         for name, fn in fns.items():
+            flush.sum()
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
