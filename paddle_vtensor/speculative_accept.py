@@ -11,7 +11,7 @@ import ctypes
 import paddle
 
 from . import _ops
-from .api import _run
+from .api import _failure
 
 
 def speculative_accept(draft_tokens: paddle.Tensor, target_tokens: paddle.Tensor, slot_ids: paddle.Tensor,
@@ -28,13 +28,17 @@ def speculative_accept(draft_tokens: paddle.Tensor, target_tokens: paddle.Tensor
     out_ids int64 [n, max_new_tokens] and out_len int32 [n] (the emitted tokens), finished int32 [n]
     (1 after eos or max_new_tokens), accepted int32 [n], next_tokens int64 [n], error_flag int32 [1].
     target_capacity / draft_capacity: each cache's max_seq_len (no length may pass it).
-    Raises VTensorError naming the tensor or sequence at fault (ReservationFullError for a length
-    out of range), with nothing changed.
+    Raises ValueError naming the tensor or sequence at fault (ReservationFullError for a length out
+    of range; api.ERRORS is the table), with nothing changed.
     """
     eos = -1 if eos_token_id is None else int(eos_token_id)
-    _run("vtensor_speculative_accept", draft_tokens, target_tokens, slot_ids, target_seqlens, draft_seqlens,
-         out_ids, out_len, finished, accepted, next_tokens, error_flag, int(target_capacity),
-         int(draft_capacity), int(target_advance), int(draft_advance), eos, int(pad_token_id))
+    try:
+        _ops.ops().vtensor_speculative_accept(
+            draft_tokens, target_tokens, slot_ids, target_seqlens, draft_seqlens, out_ids, out_len, finished,
+            accepted, next_tokens, error_flag, int(target_capacity), int(draft_capacity), int(target_advance),
+            int(draft_advance), eos, int(pad_token_id))
+    except Exception as e:  # the one error table (api.ERRORS): bad input -> ValueError, ...
+        raise _failure("speculative_accept", e, {}) from None
 
 
 # error_flag values (SpeculativeAcceptError in speculative_accept.h).

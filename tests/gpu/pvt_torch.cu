@@ -51,8 +51,8 @@ struct Cache {
     return torch::from_blob(cache->data(), {cache->capacity_tokens(), s.batch, s.heads, s.head_dim},
                             [keep](void*) {}, torch::TensorOptions().dtype(dtype).device(torch::kCUDA));
   }
-  void reserve(int64_t end) { check(cache->reserve_tokens(end, stream())); }
-  void begin_append(int64_t pos, int64_t n) { check(cache->begin_append(pos, n, stream())); }
+  void reserve(int64_t end) { check(cache->reserve_tokens(end)); }
+  void begin_append(int64_t pos, int64_t n) { check(cache->begin_append(pos, n)); }
   void remove_view(int64_t len) { cache->remove_view(len); }
   int64_t mapped_bytes() const { return static_cast<int64_t>(cache->mapped_bytes()); }
   int64_t reserved_bytes() const { return static_cast<int64_t>(cache->reserved_bytes()); }
@@ -69,6 +69,7 @@ void append(Cache& c, const torch::Tensor& src, int64_t pos) {
   a.elem_bytes = src.element_size();
   for (int i = 0; i < 4; ++i) a.src_stride[i] = src.stride(i);
   check(pvt::append_tokens_cuda(a, stream()));
+  check(c.cache->record_use(stream()));  // a release waits for this write (SeqMajorCache::record_use)
 }
 
 pvt::DecodeAttentionParams params(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
