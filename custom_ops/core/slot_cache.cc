@@ -121,7 +121,6 @@ Status SlotCache::reserve(int64_t slot, int64_t tokens, void* stream) {
   const size_t begin = static_cast<size_t>(slot * shape_.slot_bytes() + mapped * shape_.row_bytes);
   const size_t end = static_cast<size_t>(slot * shape_.slot_bytes() + tokens * shape_.row_bytes);
   const size_t first = begin / cb * cb;
-  region_->set_stream(stream);
   PVT_RETURN_IF_ERROR(region_->map_range(first, region_->round_up(end) - first));
   mapped = static_cast<int32_t>(tokens);
   ++version_;
@@ -145,6 +144,9 @@ Status SlotCache::release(int64_t slot, void* stream) {
   std::lock_guard<std::mutex> lock(mu_);
   int32_t& mapped = mapped_[static_cast<size_t>(slot)];
   if (mapped == 0) return Status::Ok();
+  // Work the caller queued on `stream` may still read the slot: the unmaps below wait for it, as
+  // for every stream the ops recorded (record_use).
+  PVT_RETURN_IF_ERROR(region_->record_use(stream));
   const size_t cb = region_->chunk_bytes();
   const size_t begin = static_cast<size_t>(slot * shape_.slot_bytes());
   const size_t end = begin + static_cast<size_t>(mapped) * static_cast<size_t>(shape_.row_bytes);
@@ -152,12 +154,16 @@ Status SlotCache::release(int64_t slot, void* stream) {
   // visible in the stats, but no kernel reads it).
   mapped = 0;
   ++version_;
-  region_->set_stream(stream);
   for (size_t c = begin / cb; c * cb < end; ++c) {
     if (!region_->chunk_mapped(c) || chunk_needed_by_other(c, slot)) continue;
     PVT_RETURN_IF_ERROR(region_->unmap_range(c * cb, cb));
   }
   return Status::Ok();
+}
+
+Status SlotCache::record_use(void* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return region_->record_use(stream);
 }
 
 }  // namespace pvt

@@ -56,6 +56,10 @@ class SlotCache {
   // synchronised first (work queued on it may still read the slot).
   Status release(int64_t slot, void* stream);
 
+  // Work queued on `stream` may read or write this cache: a later release waits for it
+  // (Region::record_use). The ops call it after queuing their kernels.
+  Status record_use(void* stream);
+
   // The live slot cache whose reservation contains `ptr`, or null.
   static std::shared_ptr<SlotCache> find(const void* ptr);
 

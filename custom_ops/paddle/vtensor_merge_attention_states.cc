@@ -6,7 +6,7 @@
 #include <string>
 
 #include "../op_names.h"
-#include "vtensor_allocation.h"
+#include "op_support.h"
 #include "../kernels/merge_attention_states.h"
 
 namespace {

@@ -295,6 +295,9 @@ std::vector<paddle::Tensor> VTensorSlotAttention(
     p.workspace_bytes = ws;
   }
   pvt::throw_if_error(pvt::decode_attention_cuda(p, stream), kOp);
+  // The kernels read (and wrote) the caches where they lie: a release_slot must wait for them.
+  pvt::throw_if_error(kc->record_use(stream), kOp);
+  if (vc != kc) pvt::throw_if_error(vc->record_use(stream), kOp);
   return {out};
 #else
   PD_THROW(kOp, ": this build of paddle_vtensor has no CUDA kernels (tensor on ", place.DebugString(), ")");

@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "vtensor_allocation.h"
+#include "op_support.h"
 
 namespace pvt {
 

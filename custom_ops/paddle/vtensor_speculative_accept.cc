@@ -19,7 +19,7 @@
 #include <string>
 
 #include "../op_names.h"
-#include "vtensor_allocation.h"
+#include "op_support.h"
 #include "../kernels/speculative_accept.h"
 
 namespace {
