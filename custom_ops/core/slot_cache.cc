@@ -107,7 +107,7 @@ Status SlotCache::check_slot(int64_t slot, const char* what) const {
   return Status::Ok();
 }
 
-Status SlotCache::reserve(int64_t slot, int64_t tokens, void* stream) {
+Status SlotCache::reserve(int64_t slot, int64_t tokens, void* /*stream: mapping new chunks waits for no work*/) {
   PVT_RETURN_IF_ERROR(check_slot(slot, "reserve_slot"));
   if (tokens < 0 || tokens > shape_.max_seq_len) {
     return Status(Code::kOutOfRange, "reserve_slot: slot " + std::to_string(slot) + " needs " +

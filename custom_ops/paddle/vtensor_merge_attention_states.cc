@@ -92,7 +92,7 @@ std::vector<paddle::Tensor> VTensorMergeAttentionStates(const std::vector<paddle
     return {out, lse};
   }
 #ifdef PADDLE_VTENSOR_WITH_CUDA
-  pvt::DeviceGuard guard(outs[0].place());
+  pvt::DeviceGuard guard(outs[0].place(), kOp);
   pvt::throw_if_error(pvt::merge_attention_states_cuda(p, pvt::stream_of(outs[0])), kOp);
   return {out, lse};
 #else

@@ -244,7 +244,7 @@ std::vector<paddle::Tensor> VTensorSlotAttention(
   PD_CHECK(causal, kOp, ": causal=False is not supported on the GPU (the varlen kernel takes no mask)");
   PD_CHECK(D <= pvt::kCudaMaxHeadDim, kOp, ": head_dim ", D, " is larger than the CUDA kernel supports (",
            pvt::kCudaMaxHeadDim, ")");
-  pvt::DeviceGuard guard(place);
+  pvt::DeviceGuard guard(place, kOp);
   void* stream = pvt::stream_of(q);
   pvt::SlotDeviceState& state = pvt::slot_device_state(kc, place);
   // One-layer caches: K and V are two caches; a slot is usable up to the smaller of their mappings.

@@ -16,7 +16,7 @@ std::vector<paddle::Tensor> VTensorSlotErrors(const paddle::Tensor& cache_tensor
   paddle::Tensor out = paddle::full({1}, 0, phi::DataType::INT32, phi::CPUPlace());
   if (cache_tensor.place().GetType() == phi::AllocationType::CPU || !cache->attachment()) return {out};
 #ifdef PADDLE_VTENSOR_WITH_CUDA
-  pvt::DeviceGuard guard(cache_tensor.place());
+  pvt::DeviceGuard guard(cache_tensor.place(), op);
   pvt::SlotDeviceState& state = pvt::slot_device_state(cache, cache_tensor.place());
   out = state.error_flag.copy_to(phi::CPUPlace(), /*blocking=*/true);
   auto stream = static_cast<cudaStream_t>(pvt::stream_of(state.error_flag));

@@ -111,7 +111,7 @@ void VTensorSpeculativeAccept(const paddle::Tensor& draft_tokens, const paddle::
 #ifdef PADDLE_VTENSOR_WITH_CUDA
   PD_CHECK(place.GetType() == phi::AllocationType::GPU, kOp, ": tensors must be on the CPU or a GPU, got ",
            place.DebugString());
-  pvt::DeviceGuard guard(place);
+  pvt::DeviceGuard guard(place, kOp);
   pvt::throw_if_error(pvt::speculative_accept_cuda(p, pvt::stream_of(draft_tokens)), kOp);
   g_launches[1].fetch_add(1);
 #else
