@@ -23,6 +23,7 @@ from .api import (
 )
 
 from .attention import decode_attention
+from .merge import merge_attention_states
 from .slots import (
     LayerKV,
     SlotError,
@@ -39,7 +40,8 @@ from .slots import (
 
 # The PaddleNLP integration, the static-graph pass and the exporter load on first use, so
 # `import paddle_vtensor` costs only the tensor API (and builds or loads no ops yet).
-_LAZY_MODULES = ("integration", "passes", "static_export", "inflight", "model_runner", "speculative")
+_LAZY_MODULES = ("integration", "passes", "static_export", "inflight", "model_runner", "distributed",
+                 "speculative")
 _LAZY_NAMES = {"generate_inflight": "inflight", "SlotModelRunner": "model_runner",
                "speculative_generate": "speculative", "SpeculativeError": "speculative",
                "UnsupportedModelError": "integration", "applied": "integration", "apply": "integration",
@@ -78,6 +80,8 @@ __all__ = [
     "applied",
     "apply",
     "decode_attention",
+    "distributed",
+    "merge_attention_states",
     "integration",
     "passes",
     "static_export",

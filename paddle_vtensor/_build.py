@@ -47,6 +47,7 @@ def source_digest(cuda: bool) -> str:
 
     h = hashlib.sha256(b"cuda" if cuda else b"cpu")
     files = sources(cuda) + sorted(glob.glob(os.path.join(ROOT, "custom_ops", "**", "*.h"), recursive=True))
+    files += sorted(glob.glob(os.path.join(ROOT, "custom_ops", "**", "*.cuh"), recursive=True))
     files += sorted(glob.glob(os.path.join(ROOT, "passes", "*.h")))
     for path in files:
         h.update(os.path.relpath(path, ROOT).encode())

@@ -91,8 +91,11 @@ def load() -> tuple[types.ModuleType, ctypes.CDLL]:
     lib = ctypes.CDLL(so_path)
     lib.pvt_memory_stats.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
     lib.pvt_memory_stats.restype = None
-    lib.pvt_set_mapped_limit.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64]
-    lib.pvt_set_mapped_limit.restype = None
+    lib.pvt_set_mapped_limit.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_char_p,
+                                         ctypes.c_int64]
+    lib.pvt_set_mapped_limit.restype = ctypes.c_int
+    lib.pvt_code_name.argtypes = [ctypes.c_int]
+    lib.pvt_code_name.restype = ctypes.c_char_p
     lib.pvt_reset_peak_mapped.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.pvt_reset_peak_mapped.restype = None
     lib.pvt_find_cache.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]

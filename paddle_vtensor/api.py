@@ -1,24 +1,44 @@
 """The public tensor API: VTensor caches of logical shape [batch, seq, heads, head_dim].
 
-A VTensor's memory is seq-major (strides ``{H*D, B*H*D, D, 1}``): the tokens at one position for the
-whole batch are contiguous, so appending a token is one contiguous write into memory mapped on
+A VTensor's memory is seq-major (strides ``{H*D, B*H*D, D, 1}``): the tokens at one position for
+the whole batch are contiguous, so appending a token is one contiguous write into memory mapped on
 demand. Results share storage with their input: ``append(cache, t)`` returns a longer tensor over
 the same memory, and ``cache`` stays valid (it still sees its own, shorter, prefix). Appending to a
 tensor that is shorter than another live view of the same cache copies first (copy-on-write), so no
 live tensor ever sees its data change.
+
+Host cost: on a GPU at small batch a decode step is bound by the host, so these functions do as
+little Python as they can (issue 13, docs/PERFORMANCE.md "Host cost per call"):
+
+* The C++ ops check every input; this module passes arguments straight through and turns a refusal
+  into an exception by one table (``ERRORS`` below; README "Errors" shows it). Python checks only what the ops
+  cannot see: that an int is an int that fits in 64 bits, and gradients.
+* Paddle's custom-op dispatch costs about a paddle.concat, and copies every non-contiguous input (the
+  ops therefore take the cache as its storage view ``[S, B, H, D]``). For eager VTensor inputs the
+  functions call the ops' own C++ functions directly instead (``custom_ops/paddle/fast_calls.cc``):
+  the logical VTensor goes in as it is, no transpose, no registry lookup. Anything else (a plain
+  cache to migrate, a bad argument) takes the op the ordinary way.
+
+Errors (README "Errors"): a refusal at an op's entry, ``"<op>: <why>"``, is a bad input and raises
+``ValueError``; a failing core call, ``"<op>: <Code>: <why>"``, raises ``ERRORS[Code]``; an argument
+that is not a tensor (or not an int) raises ``TypeError``. The cache is unchanged in every case.
 """
 from __future__ import annotations
 
 import ctypes
 import dataclasses
+import operator
 import os
 
 import paddle
+from paddle import _C_ops
 
 from . import _ops
 
+
 class VTensorError(RuntimeError):
-    """An op refused a call; the message names the op and the problem. The cache is unchanged."""
+    """An op failed for a reason other than a bad input; the message names the op and the problem.
+    The cache is unchanged."""
 
 
 class ReservationFullError(VTensorError):
@@ -29,17 +49,59 @@ class VTensorOutOfMemoryError(VTensorError, MemoryError):
     """Physical memory (or the limit set with set_mapped_limit) ran out while mapping."""
 
 
-_ERRORS = {"OutOfRange": ReservationFullError, "OutOfMemory": VTensorOutOfMemoryError}
+# The one table from a C++ failure to a Python exception. Keys are the core's status codes as the
+# ops spell them (pvt::code_name, "<op>: <Code>: <why>"); a check at an op's entry has no code
+# ("<op>: <why>") and is a bad input. tests/test_errors.py covers every row and checks that every
+# code the library knows has one.
+ERRORS: dict[str, type[Exception]] = {
+    "InvalidArgument": ValueError,            # e.g. a cache with a zero-sized batch
+    "OutOfRange": ReservationFullError,       # past the reservation (max_seq_len)
+    "OutOfMemory": VTensorOutOfMemoryError,   # mapping failed: device memory, or set_mapped_limit
+    "DriverError": VTensorError,              # any other OS / CUDA driver failure
+    "Unsupported": VTensorError,              # a device this build has no backend for
+    "Conflict": VTensorError,                 # internal: the ops copy instead of raising it
+}
+BAD_INPUT = ValueError  # a check at an op's entry: rank, dtype, shape, place, range, attribute
 
 
-def _run(op: str, *args):
-    """Run a raw op, turning Paddle's OSError wrapper of our C++ errors into typed exceptions."""
-    try:
-        return getattr(_ops.ops(), op)(*args)
-    except OSError as e:  # PD_THROW surfaces as OSError; its first line is "<op>: <Code>: <why>"
-        text = str(e).strip().splitlines()[0].strip() if str(e).strip() else repr(e)
-        code = text.split(": ")[1] if text.count(": ") >= 2 else ""
-        raise _ERRORS.get(code, VTensorError)(text) from None
+def _failure(fn: str, error: Exception, tensors: dict) -> Exception:
+    """The exception that a failed call of ``fn`` raises, from what the op (or Paddle) raised.
+    Runs only after a failure, so it may take its time."""
+    for name, x in tensors.items():
+        if x is not None or name != "attn_mask":
+            if not isinstance(x, paddle.Tensor):  # Paddle refused it (by position) before any op ran
+                optional = " or None" if name == "attn_mask" else ""
+                return TypeError(f"{fn}: {name} must be a paddle.Tensor{optional}, got {type(x).__name__}")
+    if not isinstance(error, OSError):  # ours (TypeError of an int, gradients) or Paddle's own
+        return error
+    lines = str(error).strip().splitlines()  # PD_THROW adds "  [file:line]" on a second line
+    text = lines[0].strip() if lines else repr(error)
+    parts = text.split(": ", 2)
+    if len(parts) == 3 and parts[1] in ERRORS:
+        return ERRORS[parts[1]](text)
+    return BAD_INPUT(text)
+
+
+_INT64_END = 1 << 63
+
+
+def _int(fn: str, name: str, value) -> int:
+    """``value`` as an int that fits the ops' int64 attributes. The ops check the range they need;
+    Paddle would silently wrap 2**63 to -1 (and accept numpy ints only sometimes)."""
+    if type(value) is not int:
+        if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+            raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__} {value!r}")
+        value = operator.index(value)  # numpy integers
+    if not -_INT64_END <= value < _INT64_END:
+        raise ValueError(f"{fn}: {name}={value} does not fit in 64 bits")
+    return value
+
+
+def _no_gradients(fn: str, *tensors) -> None:
+    if paddle.is_grad_enabled() and not all(t.stop_gradient for t in tensors):
+        raise ValueError(
+            f"{fn}: an input requires gradients (stop_gradient=False) but VTensor ops carry none; call it "
+            f"under paddle.no_grad() or pass x.detach()")
 
 
 _PERM = [1, 0, 2, 3]  # logical [B, S, H, D] <-> storage [S, B, H, D]; a free view either way
@@ -56,6 +118,13 @@ class Config:
 _config = Config()
 
 
+def _positive(name: str, value) -> int:
+    value = _int("configure", name, value)
+    if value <= 0:
+        raise ValueError(f"configure: {name} must be positive, got {value}")
+    return value
+
+
 def configure(max_seq_len: int | None = None, chunk_bytes: int | None = None) -> Config:
     """Set the defaults for new caches and return them.
 
@@ -66,59 +135,97 @@ def configure(max_seq_len: int | None = None, chunk_bytes: int | None = None) ->
         ``PADDLE_VTENSOR_CHUNK_BYTES``.
     """
     if max_seq_len is not None:
-        if int(max_seq_len) <= 0:
-            raise ValueError(f"max_seq_len must be positive, got {max_seq_len}")
-        _config.max_seq_len = int(max_seq_len)
+        _config.max_seq_len = _positive("max_seq_len", max_seq_len)
     if chunk_bytes is not None:
-        if int(chunk_bytes) <= 0:
-            raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
-        _config.chunk_bytes = int(chunk_bytes)
+        _config.chunk_bytes = _positive("chunk_bytes", chunk_bytes)
     return dataclasses.replace(_config)
 
 
-def _attrs(max_seq_len: int | None, chunk_bytes: int | None) -> tuple[int, int]:
-    m = _config.max_seq_len if max_seq_len is None else int(max_seq_len)
-    c = _config.chunk_bytes if chunk_bytes is None else int(chunk_bytes)
-    if m <= 0:
-        raise ValueError(f"max_seq_len must be positive, got {m}")
-    if c <= 0:
-        raise ValueError(f"chunk_bytes must be positive, got {c}")
-    return m, c
+_FAST = None  # the module of fast_calls.cc, once the ops are loaded
 
 
-def _check_rank4(x, what: str, op: str) -> None:
-    if not isinstance(x, paddle.Tensor):
-        raise TypeError(f"{op}: {what} must be a paddle.Tensor, got {type(x).__name__}")
-    if x.ndim != 4:
-        raise ValueError(f"{op}: {what} must have rank 4 [batch, seq, heads, head_dim], got shape {list(x.shape)}")
+def _fast():
+    global _FAST
+    if _FAST is None:
+        f = ctypes.PyDLL(_ops.lib()._name).pvt_fast_calls
+        f.restype, f.argtypes = ctypes.py_object, []
+        _FAST = f()
+    return _FAST
+
+
+def _storage(x):
+    s = _fast().storage(x)  # a whole VTensor view: its storage view, without an op
+    if s is not None:
+        return s
+    # Not rank 4: passed as it is, for the op to refuse in its own words.
+    return _C_ops.transpose(x, _PERM) if len(x.shape) == 4 else x
 
 
 def storage_view(cache: paddle.Tensor) -> paddle.Tensor:
     """The cache as its memory is laid out, [S, B, H, D]; contiguous (and free) for a VTensor."""
-    return paddle.transpose(cache, _PERM)
+    return _storage(cache)
 
 
 def _logical(storage: paddle.Tensor) -> paddle.Tensor:
-    return paddle.transpose(storage, _PERM)
+    return _C_ops.transpose(storage, _PERM)
+
+
+def _setting(fn: str, name: str, value, default: int) -> int:
+    # None or 0: `default`; anything else goes to the op, which refuses a negative value.
+    return (_int(fn, name, value) if value is not None else 0) or default
 
 
 def from_dense(x: paddle.Tensor, max_seq_len: int | None = None, chunk_bytes: int | None = None) -> paddle.Tensor:
     """Copy a dense cache ``[B, S, H, D]`` into a new VTensor (the one copy of a migration).
 
-    The reservation holds ``max(max_seq_len, S)`` tokens.
+    The reservation holds ``max(max_seq_len, S)`` tokens; ``max_seq_len`` and ``chunk_bytes`` None
+    or 0 mean the defaults of :func:`configure`.
     """
-    _check_rank4(x, "x", "from_dense")
-    m, c = _attrs(max_seq_len, chunk_bytes)
-    return _logical(_run("vtensor_from_dense", x, m, c))
+    try:
+        _no_gradients("from_dense", x)
+        m = _setting("from_dense", "max_seq_len", max_seq_len, _config.max_seq_len)
+        c = _setting("from_dense", "chunk_bytes", chunk_bytes, _config.chunk_bytes)
+        _ops.load()
+        out = _C_ops._run_custom_op("vtensor_from_dense", x, m, c)[0]
+    except Exception as e:
+        raise _failure("from_dense", e, {"x": x}) from None
+    return _logical(out)
 
 
-def _prepare_cache(cache: paddle.Tensor, m: int, c: int) -> paddle.Tensor:
-    # A plain tensor is migrated with from_dense (one copy); transposing it and letting the op
-    # migrate would cost a second copy, since Paddle makes non-contiguous op inputs contiguous.
-    storage = storage_view(cache)
-    if is_vtensor(cache) and storage.is_contiguous():
-        return storage
-    return _run("vtensor_from_dense", cache.contiguous(), m, c)
+def _migrate(fn: str, cache, tokens, max_seq_len, chunk_bytes):
+    """The storage view to append to when the fast path declined ``cache``: the cache itself if it
+    is a VTensor (a view the fast path does not take), else a VTensor copy of it reserving
+    max(max_seq_len, S + T)."""
+    rank4 = len(cache.shape) == 4  # else from_dense refuses it, in its own words
+    if rank4 and _cache_info(cache) is not None:
+        storage = _C_ops.transpose(cache, _PERM)
+        if storage.is_contiguous():
+            return storage
+    m = _setting(fn, "max_seq_len", max_seq_len, _config.max_seq_len)
+    c = _setting(fn, "chunk_bytes", chunk_bytes, _config.chunk_bytes)
+    if m > 0 and rank4 and isinstance(tokens, paddle.Tensor) and len(tokens.shape) == 4:
+        m = max(m, cache.shape[1] + tokens.shape[1])  # the migrated cache must hold this append too
+    # One copy: a transposed plain tensor would be made contiguous by Paddle, then copied again.
+    return _C_ops._run_custom_op("vtensor_from_dense", cache.contiguous(), m, c)[0]
+
+
+def _append(fn: str, op: str, expect: int, cache, tokens, max_seq_len, chunk_bytes) -> paddle.Tensor:
+    storage = None
+    try:
+        if paddle.is_grad_enabled() and not (cache.stop_gradient and tokens.stop_gradient):
+            _no_gradients(fn, cache, tokens)
+        # 0: the op keeps the cache's own settings if it has to copy (a fork), see append().
+        m = 0 if max_seq_len is None else _int(fn, "max_seq_len", max_seq_len)
+        c = 0 if chunk_bytes is None else _int(fn, "chunk_bytes", chunk_bytes)
+        out = (_FAST or _fast()).append(cache, tokens, m, c, expect)
+        if out is not None:
+            return out
+        storage = _migrate(fn, cache, tokens, max_seq_len, chunk_bytes)
+        out = _C_ops._run_custom_op(op, storage, tokens, m, c)[0]
+    except Exception as e:
+        storage = None  # a migrated copy is freed now, not when the traceback is
+        raise _failure(fn, e, {"cache": cache, "tokens": tokens}) from None
+    return _logical(out)
 
 
 def append(cache: paddle.Tensor, tokens: paddle.Tensor, max_seq_len: int | None = None,
@@ -126,15 +233,14 @@ def append(cache: paddle.Tensor, tokens: paddle.Tensor, max_seq_len: int | None 
     """Append ``tokens`` ``[B, T, H, D]`` (T >= 1) to ``cache`` ``[B, S, H, D]``.
 
     Returns the VTensor ``[B, S + T, H, D]``. A cache that is not a VTensor is first copied into one
-    whose reservation holds ``max(max_seq_len, S + T)`` tokens. Raises ValueError for a bad input,
-    ReservationFullError past the reservation, VTensorOutOfMemoryError when physical memory runs
-    out; the cache is unchanged in every case.
+    whose reservation holds ``max(max_seq_len, S + T)`` tokens (``max_seq_len``, ``chunk_bytes``
+    None or 0: the defaults of :func:`configure`). When the append must copy a VTensor (another
+    live view already sees position S: copy-on-write), the copy keeps the source's max_seq_len and
+    chunk_bytes unless given here. Raises ValueError for a bad input, ReservationFullError past the
+    reservation, VTensorOutOfMemoryError when physical memory runs out; the cache is unchanged in
+    every case.
     """
-    _check_rank4(cache, "cache", "append")
-    _check_rank4(tokens, "tokens", "append")
-    m, c = _attrs(max_seq_len, chunk_bytes)
-    _check_match(cache, tokens, "vtensor_append")
-    return _logical(_run("vtensor_append", _prepare_cache(cache, m, c), tokens, m, c))
+    return _append("append", "vtensor_append", 0, cache, tokens, max_seq_len, chunk_bytes)
 
 
 def reserve_one_token(cache: paddle.Tensor, token: paddle.Tensor, max_seq_len: int | None = None,
@@ -142,49 +248,27 @@ def reserve_one_token(cache: paddle.Tensor, token: paddle.Tensor, max_seq_len: i
     """Append one token ``[B, 1, H, D]`` to ``cache`` ``[B, S, H, D]``: the original op.
 
     Returns ``[B, S + 1, H, D]`` with strides ``{H*D, B*H*D, D, 1}``, sharing the cache's storage.
+    Settings and errors as :func:`append`.
     """
-    _check_rank4(cache, "cache", "reserve_one_token")
-    _check_rank4(token, "token", "reserve_one_token")
-    m, c = _attrs(max_seq_len, chunk_bytes)
-    _check_match(cache, token, "vtensor_reserve_one_token")
-    storage = _prepare_cache(cache, m, c)
-    return _logical(_run("vtensor_reserve_one_token", storage, token, m, c))
+    return _append("reserve_one_token", "vtensor_reserve_one_token", 1, cache, token, max_seq_len, chunk_bytes)
 
 
 def truncate(cache: paddle.Tensor, seq_len: int) -> paddle.Tensor:
     """A view of the first ``seq_len`` tokens of the VTensor ``cache``, without copying.
 
     Speculative decoding: append k draft tokens, then truncate to drop the rejected ones. The memory
-    past ``seq_len`` is released once no live tensor sees it; later appends reuse it.
+    past ``seq_len`` is released once no live tensor sees it; later appends reuse it. ValueError for
+    a cache that is not a whole VTensor (a batch slice, a plain tensor) or seq_len outside [0, S].
     """
-    _check_rank4(cache, "cache", "truncate")
-    if not is_vtensor(cache):
-        raise ValueError("truncate: the cache is not a VTensor (make one with paddle_vtensor.from_dense or append)")
-    seq_len = int(seq_len)
-    if not 0 <= seq_len <= cache.shape[1]:
-        raise ValueError(f"truncate: seq_len must be in [0, {cache.shape[1]}] (the cache's current length), got {seq_len}")
-    return _logical(_run("vtensor_truncate", storage_view(cache), seq_len))
-
-
-def _check_match(cache: paddle.Tensor, tokens: paddle.Tensor, op: str) -> None:
-    # Checked here as well as in the op, because a plain cache is migrated before the op runs and a
-    # bad call must not pay for (or leave behind) a migration.
-    if cache.dtype != tokens.dtype:
-        raise ValueError(f"{op}: tokens have dtype {tokens.dtype} but the cache has dtype {cache.dtype}")
-    if cache.dtype not in (paddle.float32, paddle.float16, paddle.bfloat16):
-        raise ValueError(f"{op}: the cache has dtype {cache.dtype}; supported KV cache dtypes are float32, float16 and bfloat16")
-    if str(cache.place) != str(tokens.place):
-        raise ValueError(f"{op}: tokens are on {tokens.place} but the cache is on {cache.place}")
-    b, _, h, d = cache.shape
-    tb, t, th, td = tokens.shape
-    if (tb, th, td) != (b, h, d):
-        raise ValueError(
-            f"{op}: tokens [batch, tokens, heads, head_dim] = {list(tokens.shape)} do not match the cache "
-            f"[batch, seq, heads, head_dim] = {list(cache.shape)} in batch, heads or head_dim")
-    if t < 1:
-        raise ValueError(f"{op}: tokens must hold at least one token, got shape {list(tokens.shape)}")
-    if op == "vtensor_reserve_one_token" and t != 1:
-        raise ValueError(f"{op}: expects exactly 1 token(s) per call ([batch, 1, heads, head_dim]), got shape {list(tokens.shape)}")
+    try:
+        if type(seq_len) is not int or not -_INT64_END <= seq_len < _INT64_END:
+            seq_len = _int("truncate", "seq_len", seq_len)  # the op checks the range it takes
+        out = (_FAST or _fast()).truncate(cache, seq_len)
+        if out is None:
+            out = _logical(_C_ops._run_custom_op("vtensor_truncate", _storage(cache), seq_len)[0])
+    except Exception as e:
+        raise _failure("truncate", e, {"cache": cache}) from None
+    return out
 
 
 def _cache_info(x: paddle.Tensor):
@@ -204,11 +288,11 @@ def _cache_info(x: paddle.Tensor):
 def is_vtensor(x) -> bool:
     """True when ``x``'s memory lies in a VTensor cache (the result of append/from_dense/truncate,
     or a view of one)."""
-    return _cache_info(x) is not None
+    return (_FAST or _fast()).is_view(x) or _cache_info(x) is not None
 
 
 _STAT_KEYS = ("reserved_bytes", "mapped_bytes", "peak_mapped_bytes", "live_regions", "live_vtensors",
-              "map_calls", "unmap_calls", "mapped_limit")
+              "map_calls", "unmap_calls", "mapped_limit", "bytes_written")
 
 
 def _device(device) -> tuple[int, int]:
@@ -227,10 +311,11 @@ def memory_stats(device=None) -> dict:
 
     reserved_bytes (virtual), mapped_bytes (physical, now), peak_mapped_bytes, live_regions (caches),
     live_vtensors (tensors made by the ops that are still alive; Paddle views of them share one),
-    map_calls / unmap_calls (chunks), mapped_limit (0: none).
+    map_calls / unmap_calls (chunks), mapped_limit (0: none), bytes_written (bytes the ops' kernels
+    wrote into caches since start: appends, migrations, copy-on-write copies).
     """
     kind, index = _device(device)
-    out = (ctypes.c_int64 * 8)()
+    out = (ctypes.c_int64 * len(_STAT_KEYS))()
     _ops.lib().pvt_memory_stats(kind, index, out)
     return dict(zip(_STAT_KEYS, (int(v) for v in out)))
 
@@ -239,7 +324,10 @@ def set_mapped_limit(limit_bytes: int | None, device=None) -> None:
     """Cap the physical memory VTensors may map on ``device`` (None or 0: no cap). Appends that
     would pass it fail with an out-of-memory error and leave the cache unchanged."""
     kind, index = _device(device)
-    _ops.lib().pvt_set_mapped_limit(kind, index, int(limit_bytes or 0))
+    limit = 0 if limit_bytes is None else _int("set_mapped_limit", "limit_bytes", limit_bytes)
+    err = ctypes.create_string_buffer(256)
+    if _ops.lib().pvt_set_mapped_limit(kind, index, limit, err, len(err)):
+        raise ValueError(err.value.decode())
 
 
 def reset_peak_mapped(device=None) -> None:

@@ -10,15 +10,15 @@ from __future__ import annotations
 import math
 
 import paddle
+from paddle import _C_ops
 
-from . import _ops
-from .api import storage_view
-
-_FLOAT_DTYPES = (paddle.float32, paddle.float16, paddle.bfloat16)
+from . import api
+from .api import _failure, _no_gradients, _storage
 
 
 def decode_attention(q: paddle.Tensor, k_cache: paddle.Tensor, v_cache: paddle.Tensor,
-                     attn_mask: paddle.Tensor | None = None, scale: float | None = None) -> paddle.Tensor:
+                     attn_mask: paddle.Tensor | None = None, scale: float | None = None,
+                     return_lse: bool = False):
     """``softmax(q k^T * scale + attn_mask) v`` for a few new query tokens over a cache.
 
     q: ``[B, Tq, Hq, D]`` (Tq = 1 in generate(), k for speculative decoding).
@@ -28,25 +28,35 @@ def decode_attention(q: paddle.Tensor, k_cache: paddle.Tensor, v_cache: paddle.T
     attn_mask: optional ``[B or 1, Hq or 1, Tq or 1, S]``, bool (True = attend) or additive float
         (float32 or q's dtype), as PaddleNLP builds it (``[B, 1, Tq, S]``). None: causal, query ``t``
         sees keys ``s < S - Tq + t + 1``.
-    scale: default ``1 / sqrt(D)``.
+    scale: default ``1 / sqrt(D)``; must be finite.
 
-    Returns ``[B, Tq, Hq, D]`` in q's dtype. A query that sees no key gets zeros.
+    return_lse: also return the float32 log-sum-exp ``[B, Tq, Hq]`` of the scaled, masked scores
+        (natural log; -inf for a query that sees no key), so attention over parts of a cache can be
+        merged exactly with :func:`paddle_vtensor.merge_attention_states`.
+
+    Returns ``[B, Tq, Hq, D]`` in q's dtype (with ``return_lse``: ``(out, lse)``). A query that sees
+    no key gets zeros. The op checks its inputs (ValueError naming the problem; TypeError for an
+    argument that is not a tensor); there are no gradients (ValueError when one is asked for).
     """
-    for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if not isinstance(x, paddle.Tensor):
-            raise TypeError(f"decode_attention: {name} must be a paddle.Tensor, got {type(x).__name__}")
-        if x.ndim != 4:
-            raise ValueError(f"decode_attention: {name} must have rank 4, got shape {list(x.shape)}")
-    if q.dtype not in _FLOAT_DTYPES:
-        raise ValueError(f"decode_attention: q has dtype {q.dtype}; expected float32, float16 or bfloat16")
-    if attn_mask is not None and not isinstance(attn_mask, paddle.Tensor):
-        raise TypeError(f"decode_attention: attn_mask must be a paddle.Tensor or None, got {type(attn_mask).__name__}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    scale = float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"decode_attention: scale must be finite, got {scale}")
-    return _ops.ops().vtensor_decode_attention(q, storage_view(k_cache), storage_view(v_cache), attn_mask, scale)
+    try:
+        if paddle.is_grad_enabled() and not (q.stop_gradient and k_cache.stop_gradient and v_cache.stop_gradient):
+            _no_gradients("decode_attention", q, k_cache, v_cache)
+        if scale is None:
+            d = q.shape[-1] if q.shape else 0
+            scale = 1.0 / math.sqrt(d) if d > 0 else 1.0  # d <= 0: the op refuses q anyway
+        if return_lse:
+            out, lse = _C_ops._run_custom_op("vtensor_decode_attention_lse", q, _storage(k_cache),
+                                             _storage(v_cache), attn_mask, scale)
+            return out, lse
+        # VTensor caches: the op's function directly (api.py, "Host cost"); else the op.
+        out = (api._FAST or api._fast()).decode_attention(q, k_cache, v_cache, attn_mask, scale)
+        if out is None:
+            out = _C_ops._run_custom_op("vtensor_decode_attention", q, _storage(k_cache), _storage(v_cache),
+                                        attn_mask, scale)[0]
+    except Exception as e:
+        raise _failure("decode_attention", e,
+                       {"q": q, "k_cache": k_cache, "v_cache": v_cache, "attn_mask": attn_mask}) from None
+    return out
 
 
 __all__ = ["decode_attention"]

@@ -11,7 +11,7 @@ import ctypes
 import paddle
 
 from . import _ops
-from .api import ReservationFullError
+from .api import _failure
 
 
 def speculative_accept(draft_tokens: paddle.Tensor, target_tokens: paddle.Tensor, slot_ids: paddle.Tensor,
@@ -28,31 +28,17 @@ def speculative_accept(draft_tokens: paddle.Tensor, target_tokens: paddle.Tensor
     out_ids int64 [n, max_new_tokens] and out_len int32 [n] (the emitted tokens), finished int32 [n]
     (1 after eos or max_new_tokens), accepted int32 [n], next_tokens int64 [n], error_flag int32 [1].
     target_capacity / draft_capacity: each cache's max_seq_len (no length may pass it).
-    Raises ValueError naming the tensor or sequence at fault (ReservationFullError when a new length
-    would leave [0, capacity]), with nothing changed.
+    Raises ValueError naming the tensor or sequence at fault (ReservationFullError for a length out
+    of range; api.ERRORS is the table), with nothing changed.
     """
     eos = -1 if eos_token_id is None else int(eos_token_id)
-    tensors = {"draft_tokens": draft_tokens, "target_tokens": target_tokens, "slot_ids": slot_ids,
-               "target_seqlens": target_seqlens, "draft_seqlens": draft_seqlens, "out_ids": out_ids,
-               "out_len": out_len, "finished": finished, "accepted": accepted, "next_tokens": next_tokens,
-               "error_flag": error_flag}
     try:
-        _ops.ops().vtensor_speculative_accept(*tensors.values(), int(target_capacity), int(draft_capacity),
-                                              int(target_advance), int(draft_advance), eos, int(pad_token_id))
-    except OSError as e:  # PD_CHECK / PD_THROW: "<op>: <why>" or "<op>: <Code>: <why>"
-        raise _error(e, tensors) from None
-
-
-def _error(error: OSError, tensors: dict) -> Exception:
-    """main's convention (api.ERRORS there): a bad input is a ValueError, a length past a cache's
-    capacity (OutOfRange) a ReservationFullError. After main is merged, api._failure can replace this."""
-    for name, x in tensors.items():
-        if not isinstance(x, paddle.Tensor):
-            return TypeError(f"speculative_accept: {name} must be a paddle.Tensor, got {type(x).__name__}")
-    lines = str(error).strip().splitlines()
-    text = lines[0].strip() if lines else repr(error)
-    parts = text.split(": ", 2)
-    return ReservationFullError(text) if len(parts) == 3 and parts[1] == "OutOfRange" else ValueError(text)
+        _ops.ops().vtensor_speculative_accept(
+            draft_tokens, target_tokens, slot_ids, target_seqlens, draft_seqlens, out_ids, out_len, finished,
+            accepted, next_tokens, error_flag, int(target_capacity), int(draft_capacity), int(target_advance),
+            int(draft_advance), eos, int(pad_token_id))
+    except Exception as e:  # the one error table (api.ERRORS): bad input -> ValueError, ...
+        raise _failure("speculative_accept", e, {}) from None
 
 
 # error_flag values (SpeculativeAcceptError in speculative_accept.h).

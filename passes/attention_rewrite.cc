@@ -5,6 +5,7 @@
 #include "paddle/pir/include/core/builtin_attribute.h"
 #include "paddle/pir/include/core/ir_context.h"
 
+#include "../custom_ops/op_names.h"
 #include "ir_helpers.h"
 
 namespace pvt {
@@ -185,8 +186,8 @@ int rewrite_attention(pir::Value v_logical, const std::unordered_map<pir::Value,
     if (!shapes_fit(m, k_storage, v_storage)) continue;
     builder.set_insertion_point(m.out);
     pir::Operation* attention = build_custom_op(
-        builder, "vtensor_decode_attention", {m.q, k_storage, v_storage, m.mask},
-        {{"scale", pir::FloatAttribute::get(pir::IrContext::Instance(), static_cast<float>(m.scale))}},
+        builder, names::kDecodeAttention, {m.q, k_storage, v_storage, m.mask},
+        {{names::kScale, pir::FloatAttribute::get(pir::IrContext::Instance(), static_cast<float>(m.scale))}},
         {m.out->result(0).type()});
     created->insert(attention);
     m.out->result(0).ReplaceAllUsesWith(attention->result(0));

@@ -13,12 +13,14 @@
 #include "paddle/pir/include/pass/pass.h"
 #include "paddle/pir/include/pass/pass_registry.h"
 
+#include "../custom_ops/op_names.h"
 #include "kv_cache_rewrite.h"
 #include "pass_report.h"
 
 namespace {
 
-constexpr const char* kPassName = "vtensor_kv_cache_pass";
+using pvt::names::kKvCachePass;
+constexpr const char* kPassName = kKvCachePass;
 
 class VTensorKvCachePass : public pir::Pass {
  public:
@@ -34,7 +36,7 @@ class VTensorKvCachePass : public pir::Pass {
     pvt::KvCacheRewrite rewrite(&op->dyn_cast<pir::ModuleOp>().block(), attrs(), &report);
     rewrite.Run();
     AddStatistics(report.appends);
-    if (!flag("quiet")) log(report);
+    if (!flag(pvt::names::kPassQuiet)) log(report);
   }
 
  private:
@@ -61,8 +63,8 @@ class VTensorKvCachePass : public pir::Pass {
 
   pvt::CacheOpAttrs attrs() const {
     pvt::CacheOpAttrs a;
-    a.max_seq_len = int_attr("max_seq_len", "PADDLE_VTENSOR_MAX_SEQ_LEN");
-    a.chunk_bytes = int_attr("chunk_bytes", "PADDLE_VTENSOR_CHUNK_BYTES");
+    a.max_seq_len = int_attr(pvt::names::kMaxSeqLen, pvt::names::kEnvMaxSeqLen);
+    a.chunk_bytes = int_attr(pvt::names::kChunkBytes, pvt::names::kEnvChunkBytes);
     return a;
   }
 
@@ -84,4 +86,4 @@ class VTensorKvCachePass : public pir::Pass {
 
 }  // namespace
 
-REGISTER_IR_PASS(vtensor_kv_cache_pass, VTensorKvCachePass);
+PVT_REGISTER_IR_PASS(PVT_PASS_KV_CACHE, VTensorKvCachePass);

@@ -10,6 +10,7 @@
 #include "paddle/pir/include/core/builtin_attribute.h"
 #include "paddle/pir/include/core/ir_context.h"
 
+#include "../custom_ops/op_names.h"
 #include "attention_rewrite.h"
 #include "ir_helpers.h"
 
@@ -177,9 +178,9 @@ void KvCacheRewrite::convert_site(const Site& site) {
   pir::IrContext* ctx = pir::IrContext::Instance();
   builder_.set_insertion_point(site.concat);
   pir::Operation* append = build_custom_op(
-      builder_, "vtensor_append", {past_storage, site.tokens},
-      {{"max_seq_len", pir::Int64Attribute::get(ctx, attrs_.max_seq_len)},
-       {"chunk_bytes", pir::Int64Attribute::get(ctx, attrs_.chunk_bytes)}},
+      builder_, names::kAppend, {past_storage, site.tokens},
+      {{names::kMaxSeqLen, pir::Int64Attribute::get(ctx, attrs_.max_seq_len)},
+       {names::kChunkBytes, pir::Int64Attribute::get(ctx, attrs_.chunk_bytes)}},
       {make_dense_type(past_t.dtype(), dims)});
   created_.insert(append);
   doomed_.insert(site.concat);
@@ -208,9 +209,9 @@ void KvCacheRewrite::convert_loop_var(const LoopVar& var) {
     pir::IrContext* ctx = pir::IrContext::Instance();
     builder_.set_insertion_point(loop);
     pir::Operation* migrate = build_custom_op(
-        builder_, "vtensor_from_dense", {init},
-        {{"max_seq_len", pir::Int64Attribute::get(ctx, attrs_.max_seq_len)},
-         {"chunk_bytes", pir::Int64Attribute::get(ctx, attrs_.chunk_bytes)}},
+        builder_, names::kFromDense, {init},
+        {{names::kMaxSeqLen, pir::Int64Attribute::get(ctx, attrs_.max_seq_len)},
+         {names::kChunkBytes, pir::Int64Attribute::get(ctx, attrs_.chunk_bytes)}},
         {storage_type(dense_type(init))});
     created_.insert(migrate);
     init_storage = migrate->result(0);
@@ -339,7 +340,7 @@ void KvCacheRewrite::Run() {
   if (!analyze()) return;
   for (const Site& site : sites_) convert_site(site);
   // Attention before the generic readers, so its transposes of K and V are matched, not rewired.
-  if (custom_op_registered("vtensor_decode_attention")) {
+  if (custom_op_registered(names::kDecodeAttention)) {
     for (const Site& site : sites_) {
       report_->attentions += rewrite_attention(site.concat->result(0), storage_, builder_, &created_, &doomed_);
     }

@@ -19,3 +19,54 @@ for src in custom_ops/kernels/*.cu tests/native/*.cu; do
   n=$((n + 1))
 done
 echo "compiled $n sources with CUDA enabled (sm_90)"
+
+# The Paddle adapter (custom_ops/paddle/) with CUDA on, as the GPU wheel's build compiles it
+# (PADDLE_WITH_CUDA + PADDLE_VTENSOR_WITH_CUDA: device guard, streams, memory-stat updates), against
+# the installed paddle's headers. The CPU wheel ships the GPU code paths of those headers, but with
+# PADDLE_WITH_CUDA they include the headers of cuBLAS, cuDNN, cuFFT, cuRAND, cuSOLVER and cuSPARSE
+# (phi/backends/dynload/*.h), which a bare CUDA toolkit lacks: they are taken from NVIDIA's wheels
+# (include/ only, about 8 MB) found in PVT_NVIDIA_WHEELS (default: the machine image's wheel folder),
+# or from an installed `nvidia` Python package. Without them this step says so and is skipped.
+PY=.venv/bin/python
+[ -x "$PY" ] || PY=python3
+if ! PADDLE_INC=$("$PY" -c "import os, paddle; print(os.path.join(os.path.dirname(paddle.__file__), 'include'))" 2>/dev/null); then
+  echo "paddle adapter with CUDA: skipped (no paddle importable by $PY)"
+  exit 0
+fi
+PY_INC=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+hdr="$out/nvidia-headers"
+wheels=${PVT_NVIDIA_WHEELS:-/opt/pypi-more/files}
+nv_inc=()
+for lib in cublas cudnn_cu13 cufft curand cusolver cusparse; do
+  whl=$(ls "$wheels"/nvidia_${lib}-*.whl 2>/dev/null | head -1 || true)
+  [ -n "$whl" ] && (cd "$out" && mkdir -p nvidia-headers && cd nvidia-headers && unzip -qo "$whl" 'nvidia/*/include/*')
+done
+site_nv=$("$PY" -c "import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))" 2>/dev/null || true)
+for d in "$hdr"/nvidia/*/include ${site_nv:+"$site_nv"/nvidia/*/include}; do
+  [ -d "$d" ] && nv_inc+=(-isystem "$d")
+done
+missing=()
+for h in cublasXt.h cudnn.h cufft.h curand.h cusolverDn.h cusparse.h; do
+  found=0
+  for d in "$CUDA_INC" "$hdr"/nvidia/*/include ${site_nv:+"$site_nv"/nvidia/*/include}; do
+    [ -f "$d/$h" ] && found=1 && break
+  done
+  [ $found = 1 ] || missing+=("$h")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "paddle adapter with CUDA: skipped: paddle's headers with PADDLE_WITH_CUDA need ${missing[*]}," \
+       "found neither in $CUDA_INC nor in NVIDIA wheels under $wheels (set PVT_NVIDIA_WHEELS)"
+  exit 0
+fi
+m=0
+for src in custom_ops/paddle/*.cc; do
+  # Paddle's own headers as system headers: their warnings are not ours; ours stay -Werror.
+  g++ -std=c++17 -Wall -Wextra -Werror -Wno-unused-parameter -DPADDLE_WITH_CUDA -DPADDLE_VTENSOR_WITH_CUDA \
+    -isystem "$PADDLE_INC" -isystem "$PADDLE_INC/third_party" \
+    -isystem "$PADDLE_INC/paddle/phi/api/include/compat" \
+    -isystem "$PADDLE_INC/paddle/phi/api/include/compat/torch/csrc/api/include" \
+    -isystem "$PY_INC" -isystem "$CUDA_INC" -isystem "$CUDA_INC/cccl" "${nv_inc[@]}" \
+    -Icustom_ops -Ipasses -c "$src" -o "$out/paddle_$(basename "$src").o"
+  m=$((m + 1))
+done
+echo "compiled $m paddle adapter sources with PADDLE_WITH_CUDA and PADDLE_VTENSOR_WITH_CUDA against $PADDLE_INC"

@@ -5,6 +5,7 @@ from conftest import DTYPES, rand, to_np
 
 import paddle
 import paddle_vtensor as pvt
+from paddle_vtensor import api
 
 SHAPES = [(1, 1, 1, 1), (1, 7, 4, 8), (3, 5, 2, 16), (8, 3, 32, 128), (2, 0, 3, 40)]
 
@@ -99,3 +100,64 @@ def test_large_cache_maps_chunk_by_chunk():
     assert pvt.memory_stats("cpu")["mapped_bytes"] >= tokens * b * h * d * 2
     np.testing.assert_array_equal(to_np(cache[:, -1:]), to_np(last))
     del big, cache
+
+
+def test_migration_reserves_room_for_the_append():
+    """README: a plain cache is migrated into max(max_seq_len, S + T) tokens."""
+    cache, tokens = rand([1, 40, 2, 8], seed=14), rand([1, 3, 2, 8], seed=15)
+    out = pvt.append(cache, tokens, max_seq_len=16)
+    assert out.shape == [1, 43, 2, 8]
+    np.testing.assert_array_equal(to_np(out), to_np(paddle.concat([cache, tokens], axis=1)))
+    assert api._cache_info(out)[4] == 43  # capacity: exactly S + T, max_seq_len being smaller
+    assert api._cache_info(pvt.append(rand([1, 4, 2, 8]), tokens, max_seq_len=16))[4] == 16
+
+
+def test_fork_inherits_the_source_settings():
+    """Copy-on-write forks keep the source's max_seq_len and chunk size unless the call overrides."""
+    token_bytes = 1 * 2 * 8 * 4
+    src = pvt.from_dense(rand([1, 4, 2, 8], seed=16), max_seq_len=64, chunk_bytes=4096)
+    first = pvt.append(src, rand([1, 1, 2, 8], seed=17))  # in place: src's cache now has 5 tokens seen
+    before = pvt.memory_stats("cpu")
+    fork = pvt.append(src, rand([1, 1, 2, 8], seed=18))   # position 4 is seen by `first`: copies
+    after = pvt.memory_stats("cpu")
+    assert fork.data_ptr() != first.data_ptr()
+    assert api._cache_info(fork)[4] == 64 == api._cache_info(first)[4]
+    assert after["reserved_bytes"] - before["reserved_bytes"] == 64 * token_bytes  # 4096: one chunk
+    assert after["mapped_bytes"] - before["mapped_bytes"] == 4096  # chunk 4096, not the 2 MiB default
+    override = pvt.append(src, rand([1, 1, 2, 8], seed=19), max_seq_len=100, chunk_bytes=8192)
+    assert api._cache_info(override)[4] == 100
+    # both branches can grow to the same length
+    for branch in (first, fork):
+        assert pvt.append(branch, rand([1, 59, 2, 8])).shape[1] == 64
+        with pytest.raises(pvt.ReservationFullError):
+            pvt.append(branch, rand([1, 60, 2, 8]))
+
+
+def test_an_in_place_change_of_a_result_is_seen():
+    """The API remembers each result's storage view; an in-place op on the result must make it
+    look again rather than append to what the tensor no longer is."""
+    cache = pvt.from_dense(rand([2, 5, 3, 8], seed=20))
+    cache.reshape_([2, 5, 24])
+    with pytest.raises(ValueError, match="rank 4"):
+        pvt.append(cache, rand([2, 1, 3, 8]))
+    other = pvt.from_dense(rand([2, 5, 3, 8], seed=21))
+    plain = rand([2, 5, 3, 8], seed=22)
+    paddle.assign(plain, output=other)  # now a plain dense tensor's values
+    out = pvt.append(other, rand([2, 1, 3, 8], seed=23))
+    np.testing.assert_array_equal(to_np(out[:, :5]), to_np(plain))
+
+
+def test_results_are_recognised_without_the_registry(monkeypatch):
+    """The fast path: a result of the API needs no registry lookup (ctypes) to be used again."""
+    cache = pvt.from_dense(rand([1, 3, 2, 8], seed=24), max_seq_len=16)
+
+    def no_lookup(x):
+        raise AssertionError("registry lookup on the fast path")
+
+    monkeypatch.setattr(api, "_cache_info", no_lookup)
+    cache = pvt.reserve_one_token(cache, rand([1, 1, 2, 8]))
+    cache = pvt.append(cache, rand([1, 2, 2, 8]))
+    cache = pvt.truncate(cache, 4)
+    assert pvt.is_vtensor(cache)
+    out = pvt.decode_attention(rand([1, 1, 2, 8]), cache, cache)
+    assert out.shape == [1, 1, 2, 8]

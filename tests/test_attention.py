@@ -93,7 +93,8 @@ def test_matches_reference(b, tq, hq, hkv, d, s_len, mask_kind, dtype):
     check(b, tq, hq, hkv, d, s_len, dtype, mask_kind)
 
 
-@settings(max_examples=25, deadline=None)
+# derandomize: CI must see the same examples every run; raise max_examples locally to search further.
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(
     b=st.integers(1, 4), tq=st.integers(1, 4), hkv=st.integers(1, 3), group=st.integers(1, 4),
     d=st.integers(1, 40), extra=st.integers(0, 60), dtype=st.sampled_from(["float32", "float16", "bfloat16"]),
@@ -175,8 +176,8 @@ def test_error_dtypes_differ():
 
 def test_error_integer_q():
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match="q has dtype paddle.int32; expected float32, float16 or bfloat16"):
-        decode_attention(q.astype("int32"), k, v)
+    with pytest.raises(ValueError, match="q has dtype int32; expected float32, float16 or bfloat16"):
+        decode_attention(q.astype("int32"), k.astype("int32"), v.astype("int32"))
 
 
 def test_error_batch_or_head_dim_mismatch():
@@ -191,9 +192,9 @@ def test_error_batch_or_head_dim_mismatch():
 
 def test_error_rank():
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match="q must have rank 4, got shape"):
+    with pytest.raises(ValueError, match=r"q must have rank 4 .*, got shape \[1, 4, 8\]"):
         decode_attention(q[0], k, v)
-    with pytest.raises(ValueError, match="k_cache must have rank 4, got shape"):
+    with pytest.raises(ValueError, match="the key cache must have rank 4 .*, got shape"):
         decode_attention(q, k[0], v)
 
 

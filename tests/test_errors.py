@@ -1,10 +1,16 @@
-"""Every bad input: a clear error naming the problem, and the cache left byte-identical."""
+"""Every bad input: a clear, typed error naming the problem, and the cache left byte-identical.
+
+One test (or more) per row of the error table (README "Errors", paddle_vtensor.api.ERRORS).
+"""
+import ctypes
+
 import numpy as np
 import pytest
 from conftest import rand, to_np
 
 import paddle
 import paddle_vtensor as pvt
+from paddle_vtensor import _ops, api
 
 
 def snapshot(cache):
@@ -25,44 +31,111 @@ def make_cache():
     return pvt.from_dense(rand([2, 5, 3, 8], seed=1), max_seq_len=8, chunk_bytes=4096)
 
 
-BAD_APPENDS = [
-    (lambda: rand([2, 1, 3, 8], "float16"), ValueError, "dtype"),
-    (lambda: rand([2, 1, 3, 4]), ValueError, "do not match"),
-    (lambda: rand([3, 1, 3, 8]), ValueError, "do not match"),
-    (lambda: rand([2, 1, 2, 8]), ValueError, "do not match"),
-    (lambda: rand([2, 3, 8]), ValueError, "rank 4"),
-    (lambda: rand([2, 0, 3, 8]), ValueError, "at least one token"),
+def capacity(cache) -> int:
+    return api._cache_info(cache)[4]
+
+
+# ---- row "a check at an op's entry" -> ValueError, through every function, cache unchanged ----
+
+BAD_CALLS = [
+    # (call on the cache, exception, message)
+    (lambda c: pvt.append(c, rand([2, 1, 3, 8], "float16")), ValueError, "tokens have dtype float16"),
+    (lambda c: pvt.append(c, rand([2, 1, 3, 4])), ValueError, r"do not match the cache .* = \[2, 5, 3, 8\]"),
+    (lambda c: pvt.append(c, rand([3, 1, 3, 8])), ValueError, "do not match"),
+    (lambda c: pvt.append(c, rand([2, 1, 2, 8])), ValueError, "do not match"),
+    (lambda c: pvt.append(c, rand([2, 3, 8])), ValueError, "tokens must have rank 4"),
+    (lambda c: pvt.append(c, rand([2, 0, 3, 8])), ValueError, "at least one token"),
+    (lambda c: pvt.reserve_one_token(c, rand([2, 2, 3, 8])), ValueError, "exactly 1 token"),
+    (lambda c: pvt.append(c, rand([2, 1, 3, 8]), chunk_bytes=-5), ValueError, "chunk_bytes must be positive"),
+    (lambda c: pvt.append(c, rand([2, 1, 3, 8]), max_seq_len=-1), ValueError, "max_seq_len must be positive"),
+    (lambda c: pvt.truncate(c, -1), ValueError, r"seq_len must be in \[0, 5\]"),
+    (lambda c: pvt.truncate(c, 6), ValueError, r"seq_len must be in \[0, 5\]"),
+    (lambda c: pvt.truncate(c[:1], 2), ValueError, "not a VTensor"),  # a batch slice
+    (lambda c: pvt.truncate(c[:, 1:], 2), ValueError, "not a VTensor"),  # a sequence slice
+    (lambda c: pvt.decode_attention(rand([2, 1, 3, 4]), c, c), ValueError, "does not match q"),
+    (lambda c: pvt.decode_attention(rand([2, 1, 4, 8]), c, c), ValueError, r"q_heads \(4\) must be a multiple"),
+    (lambda c: pvt.decode_attention(rand([2, 1, 3, 8]), c, c, scale=float("inf")), ValueError, "scale must be finite"),
+    (lambda c: pvt.decode_attention(rand([2, 1, 3, 8]).astype("int32"), c, c), ValueError, "share one dtype"),
+    (lambda c: pvt.decode_attention(rand([2, 1, 3, 8]), c, c, rand([2, 1, 1, 4])), ValueError,
+     "the mask must broadcast"),
+    # ---- TypeError: not a tensor, not an int ----
+    (lambda c: pvt.append(c, np.zeros([2, 1, 3, 8], "float32")), TypeError, "append: tokens must be a paddle.Tensor"),
+    (lambda c: pvt.append(c, None), TypeError, "append: tokens must be a paddle.Tensor, got NoneType"),
+    (lambda c: pvt.decode_attention(rand([2, 1, 3, 8]), c, [1, 2]), TypeError, "v_cache must be a paddle.Tensor"),
+    (lambda c: pvt.decode_attention(rand([2, 1, 3, 8]), c, c, attn_mask=3), TypeError, "attn_mask must be"),
+    (lambda c: pvt.truncate(c, 2.9), TypeError, "seq_len must be an int, got float"),
+    (lambda c: pvt.truncate(c, True), TypeError, "seq_len must be an int, got bool"),
+    (lambda c: pvt.truncate(c, "3"), TypeError, "seq_len must be an int, got str"),
+    (lambda c: pvt.append(c, rand([2, 1, 3, 8]), max_seq_len=2.5), TypeError, "max_seq_len must be an int"),
+    # ---- integers past int64 (Paddle would wrap them) and reservations past 64 bits ----
+    (lambda c: pvt.truncate(c, 2**63), ValueError, "does not fit in 64 bits"),
+    (lambda c: pvt.append(c, rand([2, 1, 3, 8]), max_seq_len=2**63), ValueError, "does not fit in 64 bits"),
+    # ---- gradients: refused, not dropped ----
+    (lambda c: pvt.append(c, grad_tokens()), ValueError, "requires gradients"),
+    (lambda c: pvt.reserve_one_token(c, grad_tokens()), ValueError, "requires gradients"),
+    (lambda c: pvt.decode_attention(grad_tokens(), c, c), ValueError, "requires gradients"),
 ]
 
 
-@pytest.mark.parametrize("make_tokens,exc,match", BAD_APPENDS)
-def test_bad_tokens_are_rejected_and_cache_kept(make_tokens, exc, match):
-    cache = make_cache()
-    tokens = make_tokens()
-    snap = snapshot(cache)
-    with pytest.raises(exc, match=match):
-        pvt.append(cache, tokens)
-    assert_unchanged(cache, snap)
+def grad_tokens():
+    t = rand([2, 1, 3, 8])
+    t.stop_gradient = False
+    return t
 
 
-def test_reserve_one_token_rejects_two_tokens():
+@pytest.mark.parametrize("call,exc,match", BAD_CALLS)
+def test_bad_input_is_refused_and_cache_kept(call, exc, match):
     cache = make_cache()
     snap = snapshot(cache)
-    with pytest.raises(ValueError, match="exactly 1 token"):
-        pvt.reserve_one_token(cache, rand([2, 2, 3, 8]))
+    with pytest.raises(exc, match=match) as info:
+        call(cache)
+    assert type(info.value) is exc  # ValueError, not a VTensorError or an OSError
     assert_unchanged(cache, snap)
+    cache = pvt.append(cache, rand([2, 1, 3, 8]))  # and the cache still works
+    assert cache.shape[1] == 6
 
 
-def test_cache_rank_and_dtype_checked():
-    with pytest.raises(ValueError, match="rank 4"):
-        pvt.append(rand([2, 5, 24]), rand([2, 1, 24]))
-    with pytest.raises(ValueError, match="supported KV cache dtypes"):
-        pvt.append(paddle.zeros([1, 2, 1, 4], "int32"), paddle.zeros([1, 1, 1, 4], "int32"))
-    with pytest.raises(TypeError, match="paddle.Tensor"):
-        pvt.append(np.zeros([1, 2, 1, 4], "float32"), rand([1, 1, 1, 4]))
+@pytest.mark.parametrize("call,match", [
+    (lambda: pvt.append(rand([2, 5, 24]), rand([2, 1, 24])), "x must have rank 4"),
+    (lambda: pvt.append(paddle.zeros([1, 2, 1, 4], "int32"), paddle.zeros([1, 1, 1, 4], "int32")),
+     "supported KV cache dtypes"),
+    (lambda: pvt.from_dense(paddle.zeros([1, 2, 1, 4], "int64")), "x has dtype int64"),
+    (lambda: pvt.from_dense(paddle.zeros([1, 2, 1, 4], "float64")), "x has dtype float64"),
+    (lambda: pvt.from_dense(rand([1, 2, 1, 4]), max_seq_len=2**62 + 1), "does not fit in 64 bits"),
+    (lambda: pvt.truncate(rand([2, 5, 3, 8]), 2), "not a VTensor"),
+    (lambda: pvt.configure(max_seq_len=0), "max_seq_len must be positive"),
+    (lambda: pvt.configure(chunk_bytes=-3), "chunk_bytes must be positive"),
+    (lambda: pvt.set_mapped_limit(-5, "cpu"), r"limit_bytes must be >= 0 .* got -5"),
+    (lambda: pvt.set_mapped_limit(2**64, "cpu"), "does not fit in 64 bits"),
+])
+def test_bad_plain_input_is_a_value_error(call, match):
+    with pytest.raises(ValueError, match=match) as info:
+        call()
+    assert type(info.value) is ValueError
+    assert pvt.memory_stats("cpu")["mapped_limit"] == 0
 
 
-def test_past_reservation_is_an_error_and_cache_kept():
+def test_a_bad_append_to_a_plain_cache_leaves_no_migrated_copy():
+    plain = rand([2, 5, 3, 8], seed=2)
+    before = to_np(plain).copy()
+    stats = pvt.memory_stats("cpu")
+    with pytest.raises(ValueError, match="do not match") as info:
+        pvt.append(plain, rand([2, 1, 3, 4]))
+    # the traceback is still alive here, and must not hold the migrated copy
+    assert info.value is not None
+    for key in ("live_regions", "live_vtensors", "reserved_bytes"):
+        assert pvt.memory_stats("cpu")[key] == stats[key], key
+    np.testing.assert_array_equal(to_np(plain), before)
+
+
+def test_zero_sized_cache_is_invalid_argument():
+    # row "InvalidArgument" (a core Status) -> ValueError
+    with pytest.raises(ValueError, match="vtensor_from_dense: InvalidArgument: cache shape must be positive"):
+        pvt.from_dense(paddle.zeros([0, 2, 1, 4]))
+
+
+def test_past_reservation_is_reservation_full_and_cache_kept():
+    # row "OutOfRange" -> ReservationFullError
     cache = make_cache()
     cache = pvt.append(cache, rand([2, 3, 3, 8]))  # 8 tokens: full
     snap = snapshot(cache)
@@ -72,6 +145,7 @@ def test_past_reservation_is_an_error_and_cache_kept():
 
 
 def test_out_of_memory_is_an_error_and_cache_stays_usable():
+    # row "OutOfMemory" -> VTensorOutOfMemoryError
     cache = pvt.from_dense(rand([4, 1, 4, 64], seed=2), max_seq_len=4096, chunk_bytes=4096)
     limit = pvt.memory_stats("cpu")["mapped_bytes"] + 3 * 4096
     pvt.set_mapped_limit(limit, "cpu")
@@ -89,23 +163,42 @@ def test_out_of_memory_is_an_error_and_cache_stays_usable():
     np.testing.assert_array_equal(to_np(longer[:, 3:]), to_np(tokens))
 
 
-def test_truncate_bounds_and_non_vtensor():
+def test_every_status_code_has_one_exception():
+    """The table covers every code the C++ side can report, and maps an op's error text by it
+    (DriverError, Unsupported and Conflict cannot be provoked on a CPU build: mapped from the text)."""
+    lib = _ops.lib()
+    names = []
+    code = 1  # 0 is Ok
+    while lib.pvt_code_name(code) is not None:
+        names.append(lib.pvt_code_name(code).decode())
+        code += 1
+    assert set(names) == set(api.ERRORS), (names, sorted(api.ERRORS))
+    for name in names:
+        err = api._failure("append", OSError(f"vtensor_append: {name}: what happened\n  [x.cc:1]"), {})
+        assert type(err) is api.ERRORS[name]
+        assert str(err) == f"vtensor_append: {name}: what happened"
+    err = api._failure("append", OSError("vtensor_append: tokens must hold at least one token"), {})
+    assert type(err) is ValueError
+
+
+def test_numpy_integers_are_ints():
     cache = make_cache()
-    snap = snapshot(cache)
-    with pytest.raises(ValueError, match=r"seq_len must be in \[0, 5\]"):
-        pvt.truncate(cache, -1)
-    with pytest.raises(ValueError, match=r"seq_len must be in \[0, 5\]"):
-        pvt.truncate(cache, 6)
-    assert_unchanged(cache, snap)
-    with pytest.raises(ValueError, match="not a VTensor"):
-        pvt.truncate(rand([2, 5, 3, 8]), 2)
+    assert pvt.truncate(cache, np.int64(3)).shape[1] == 3
+    assert pvt.append(cache, rand([2, 1, 3, 8]), max_seq_len=np.int32(16)).shape[1] == 6
 
 
-def test_configure_rejects_nonsense():
-    with pytest.raises(ValueError, match="max_seq_len must be positive"):
-        pvt.configure(max_seq_len=0)
-    with pytest.raises(ValueError, match="chunk_bytes must be positive"):
-        pvt.append(rand([1, 1, 1, 4]), rand([1, 1, 1, 4]), chunk_bytes=-5)
+def test_no_gradients_needed_under_no_grad():
+    cache = make_cache()
+    with paddle.no_grad():
+        out = pvt.append(cache, grad_tokens())
+    assert out.shape[1] == 6
+
+
+def test_set_mapped_limit_accepts_none_and_zero():
+    pvt.set_mapped_limit(4096 * 8, "cpu")
+    assert pvt.memory_stats("cpu")["mapped_limit"] == 4096 * 8
+    pvt.set_mapped_limit(None, "cpu")
+    assert pvt.memory_stats("cpu")["mapped_limit"] == 0
 
 
 @pytest.mark.skipif(not paddle.is_compiled_with_cuda(), reason="needs a second place: a GPU build of paddle")
@@ -117,21 +210,44 @@ def test_tokens_on_another_place():
     assert_unchanged(cache, snap)
 
 
-# The raw ops carry the same checks, for callers (and graph passes) that bypass the Python layer.
+# ---- the raw ops: the only checks, for callers (and graph passes) that bypass the Python layer ----
 def test_raw_op_checks(ops):
     cache = make_cache()
     storage = pvt.storage_view(cache)
     snap = snapshot(cache)
-    with pytest.raises(Exception, match="tokens have dtype float16 but the cache has dtype float32"):
+    with pytest.raises(OSError, match="tokens have dtype float16 but the cache has dtype float32"):
         ops.vtensor_append(storage, rand([2, 1, 3, 8], "float16"), 8, 4096)
-    with pytest.raises(Exception, match=r"do not match the cache \[batch, seq, heads, head_dim\] = \[2, 5, 3, 8\]"):
+    with pytest.raises(OSError, match=r"do not match the cache \[batch, seq, heads, head_dim\] = \[2, 5, 3, 8\]"):
         ops.vtensor_append(storage, rand([2, 1, 3, 7]), 8, 4096)
-    with pytest.raises(Exception, match="expects exactly 1 token"):
+    with pytest.raises(OSError, match="expects exactly 1 token"):
         ops.vtensor_reserve_one_token(storage, rand([2, 2, 3, 8]), 8, 4096)
-    with pytest.raises(Exception, match="not a VTensor"):
+    with pytest.raises(OSError, match="not a VTensor"):
         ops.vtensor_truncate(rand([5, 2, 3, 8]), 1)
-    with pytest.raises(Exception, match=r"seq_len must be in \[0, 5\]"):
+    with pytest.raises(OSError, match=r"seq_len must be in \[0, 5\]"):
         ops.vtensor_truncate(storage, 9)
-    with pytest.raises(Exception, match="supported KV cache dtypes"):
+    with pytest.raises(OSError, match="supported KV cache dtypes"):
         ops.vtensor_from_dense(paddle.zeros([1, 2, 1, 4], "int64"), 8, 4096)
+    with pytest.raises(OSError, match="max_seq_len must be positive"):
+        ops.vtensor_append(storage, rand([2, 1, 3, 8]), -3, 4096)
     assert_unchanged(cache, snap)
+
+
+@pytest.mark.parametrize("op,args", [
+    ("vtensor_truncate", (None, 1)),
+    ("vtensor_from_dense", (None, 8, 4096)),
+    ("vtensor_append", (None, None, 8, 4096)),
+    ("vtensor_reserve_one_token", (None, None, 8, 4096)),
+    ("vtensor_decode_attention", (None, None, None, None, 1.0)),
+])
+def test_raw_ops_refuse_none_instead_of_crashing(ops, op, args):
+    from paddle import _C_ops
+
+    with pytest.raises(OSError, match="must be a tensor, got None"):
+        _C_ops._run_custom_op(op, *args)
+
+
+def test_set_mapped_limit_c_entry_refuses_negative():
+    err = ctypes.create_string_buffer(256)
+    assert _ops.lib().pvt_set_mapped_limit(0, 0, -1, err, len(err)) == 1
+    assert b"limit_bytes must be >= 0" in err.value
+    assert pvt.memory_stats("cpu")["mapped_limit"] == 0

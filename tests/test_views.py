@@ -1,9 +1,13 @@
 """Views that share a cache: truncate, stale forks (copy-on-write), clones, lifetime and threads."""
 import gc
+import json
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
-from conftest import rand, to_np
+from conftest import ROOT, rand, to_np
 
 import paddle
 import paddle_vtensor as pvt
@@ -40,13 +44,15 @@ def test_appending_to_a_stale_view_never_overwrites_a_live_one():
 
 
 def test_truncated_view_copies_while_the_longer_view_lives():
-    full = pvt.from_dense(rand([1, 6, 2, 4], seed=7))
+    dense = rand([1, 6, 2, 4], seed=7)
+    full = pvt.from_dense(dense)
     short = pvt.truncate(full, 2)
     tok = rand([1, 1, 2, 4], seed=8)
     grown = pvt.reserve_one_token(short, tok)
     assert grown.data_ptr() != full.data_ptr()
-    np.testing.assert_array_equal(to_np(full[:, 2:3]), to_np(full)[:, 2:3])  # untouched
-    np.testing.assert_array_equal(to_np(grown[:, 2:]), to_np(tok))
+    # The longer view still sees its own position 2 (and everything else), not the new token.
+    np.testing.assert_array_equal(to_np(full), to_np(dense))
+    np.testing.assert_array_equal(to_np(grown), np.concatenate([to_np(dense)[:, :2], to_np(tok)], 1))
 
 
 def test_slices_and_clones_give_correct_results():
@@ -138,3 +144,72 @@ def test_vtensor_memory_shows_in_paddles_own_stats():
     assert core.host_memory_stat_current_value("Allocated", 0) - before == mapped
     del cache
     assert core.host_memory_stat_current_value("Allocated", 0) == before
+
+
+def test_ops_count_the_bytes_they_write():
+    """memory_stats()["bytes_written"] grows by exactly what each op's kernel writes into caches,
+    checked against the nbytes of the numpy arrays that go in."""
+    b, h, d = 2, 3, 8
+
+    def written(fn):
+        before = pvt.memory_stats("cpu")["bytes_written"]
+        out = fn()
+        return out, pvt.memory_stats("cpu")["bytes_written"] - before
+
+    dense = rand([b, 5, h, d], seed=14)
+    cache, n = written(lambda: pvt.from_dense(dense, max_seq_len=64, chunk_bytes=4096))
+    assert n == to_np(dense).nbytes  # the migration copies the whole dense cache
+    tok = rand([b, 1, h, d], seed=15)
+    grown, n = written(lambda: pvt.reserve_one_token(cache, tok))
+    assert n == to_np(tok).nbytes and grown.data_ptr() == cache.data_ptr()  # in place: the token only
+    draft = rand([b, 3, h, d], "float16", seed=16)
+    half = pvt.from_dense(rand([b, 2, h, d], "float16", seed=17))
+    _, n = written(lambda: pvt.append(half, draft))
+    assert n == draft.numpy().nbytes
+    fork, n = written(lambda: pvt.reserve_one_token(cache, tok))  # position 5 is seen by `grown`
+    assert fork.data_ptr() != cache.data_ptr()
+    assert n == to_np(cache).nbytes + to_np(tok).nbytes  # copy-on-write: the old cache, then the token
+    short, n = written(lambda: pvt.truncate(grown, 2))
+    assert n == 0
+    _, n = written(lambda: pvt.decode_attention(rand([b, 1, h, d], seed=18), grown, grown))
+    assert n == 0  # attention reads the cache, writes none of it
+    plain = rand([b, 4, h, d], seed=19)
+    _, n = written(lambda: pvt.append(plain, tok))
+    assert n == to_np(plain).nbytes + to_np(tok).nbytes  # a plain cache is migrated, then appended to
+    del cache, grown, half, fork, short
+
+
+_HUGE = """
+import json, resource, sys
+sys.path.insert(0, {root!r})
+import numpy as np, paddle, paddle_vtensor as pvt
+paddle.set_device("cpu")
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+pvt.from_dense(paddle.zeros([1, 1, 1, 8]))  # load the ops first
+x = paddle.to_tensor(np.arange(4 * 8 * 128, dtype="float32").reshape([4, 1, 8, 128]))
+before = rss()
+k = pvt.from_dense(x, max_seq_len=10**9, chunk_bytes=1)
+for i in range(3):
+    k = pvt.reserve_one_token(k, x + i + 1)
+after = rss()
+want = np.concatenate([x.numpy()] + [x.numpy() + i + 1 for i in range(4 - 1)], axis=1)
+stats = pvt.memory_stats("cpu")
+print(json.dumps({{"rss_growth": after - before, "equal": bool((k.numpy() == want).all()),
+                  "reserved": stats["reserved_bytes"], "mapped": stats["mapped_bytes"]}}))
+"""
+
+
+def test_huge_reservation_is_virtual_only():
+    """max_seq_len=10**9 with one-page chunks reserves ~15 TiB in ~4 billion chunks: it must neither
+    abort (its bookkeeping once did, sized to the reservation) nor cost host memory beyond what is
+    mapped. Run in a child process, so an abort fails this test instead of killing the run."""
+    done = subprocess.run([sys.executable, "-c", _HUGE.format(root=ROOT)], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["equal"]
+    assert result["reserved"] >= 10**9 * 4 * 8 * 128 * 4
+    assert result["mapped"] == 4 * 4096 * 4  # 4 tokens of 16 KiB, in 4 KiB pages
+    assert result["rss_growth"] < 32 << 20, result  # the old bookkeeping: > 32 GiB, then an abort

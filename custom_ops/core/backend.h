@@ -2,6 +2,8 @@
 //   host: mmap(PROT_NONE) reservation, mprotect to commit, madvise(DONTNEED)+mprotect to decommit.
 //   cuda: cuMemAddressReserve / cuMemCreate+cuMemMap+cuMemSetAccess / cuMemUnmap+cuMemRelease.
 // A Region (region.h) is the only caller; it keeps the chunk bookkeeping, the backend keeps none.
+// Streams are ordered by events: record_event after work is queued, wait_event before memory that
+// work touches goes away. The host runs nothing asynchronously and has no events.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +16,8 @@ namespace pvt {
 
 // Opaque per-chunk physical handle (CUmemGenericAllocationHandle on CUDA, unused on the host).
 using PhysHandle = uint64_t;
+// Opaque event (a CUevent on CUDA); 0 means none.
+using EventHandle = uint64_t;
 
 class Backend {
  public:
@@ -26,14 +30,28 @@ class Backend {
   virtual Status free_reservation(void* base, size_t bytes) = 0;
   // Back [addr, addr+bytes) with physical memory, readable and writable.
   virtual Status map(void* addr, size_t bytes, PhysHandle* handle) = 0;
-  // Return [addr, addr+bytes) to the reserved-only state. `stream` (a cudaStream_t / CUstream, or
-  // nullptr for the legacy default stream) is synchronised first, so work already queued on it that
-  // touches the chunk finishes before the memory goes away. Ignored on the host.
-  virtual Status unmap(void* addr, size_t bytes, PhysHandle handle, void* stream) = 0;
+  // Return [addr, addr+bytes) to the reserved-only state. The caller has waited for every stream
+  // whose work touches the range (Region::record_use / wait_event).
+  virtual Status unmap(void* addr, size_t bytes, PhysHandle handle) = 0;
+  // Record on `stream` (a cudaStream_t / CUstream; nullptr: the legacy default stream) an event
+  // that completes when the work queued on it so far has finished; *event == 0 creates one first.
+  // The host leaves *event at 0 (nothing to wait for).
+  virtual Status record_event(void* stream, EventHandle* event) = 0;
+  // Block the calling thread until `event` has completed.
+  virtual Status wait_event(EventHandle event) = 0;
+  virtual void destroy_event(EventHandle event) = 0;
 };
 
-// The process-wide backend for `device`; created on first use, never destroyed.
+// The host backend (host_backend.cc), a process-wide object.
+Backend* host_backend();
+
+// The process-wide backend for `device` (backend.cc); created on first use, never destroyed.
 // kUnsupported for CUDA in a build without PADDLE_VTENSOR_WITH_CUDA.
 Status get_backend(Device device, Backend** out);
+
+// Ok when this process may use `device`. For CUDA: kUnsupported in a build without CUDA, and in a
+// child forked from a process that had initialised CUDA (the driver's state does not survive
+// fork(); calls there may hang), with a message saying so. The adapter checks it at each op.
+Status check_device_usable(Device device);
 
 }  // namespace pvt

@@ -1,13 +1,17 @@
 // CUDA backend: reserve / map / unmap through the driver's virtual memory management API.
 //   reserve = cuMemAddressReserve            (address space only)
 //   map     = cuMemCreate + cuMemMap + cuMemSetAccess(read/write for this device)
-//   unmap   = cuStreamSynchronize + cuMemUnmap + cuMemRelease
+//   unmap   = cuMemUnmap + cuMemRelease (Region waited for the events of every using stream first)
+//   events  = cuEventCreate(DISABLE_TIMING) / cuEventRecord / cuEventSynchronize
 // Every call runs with the device's primary context current: that is the context the runtime API
 // (Paddle, PyTorch, CuPy) uses, so its kernels can touch what we map.
 #ifdef PADDLE_VTENSOR_WITH_CUDA
 
 #include "cuda_backend.h"
 
+#include <pthread.h>
+
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +21,21 @@
 
 namespace pvt {
 namespace {
+
+// fork(): the child inherits the parent's driver state but cannot use it (a call may fail or hang).
+// Before each fork the parent notes whether the driver was initialised (cuDeviceGetCount fails with
+// CUDA_ERROR_NOT_INITIALIZED otherwise); the child then refuses every CUDA call with a clear error.
+std::atomic<bool> g_initialised_at_fork{false};
+std::atomic<bool> g_forked_after_init{false};
+
+void before_fork() {
+  int count = 0;
+  g_initialised_at_fork.store(cuDeviceGetCount(&count) == CUDA_SUCCESS);
+}
+void in_fork_child() {
+  if (g_initialised_at_fork.load()) g_forked_after_init.store(true);
+}
+const int kAtForkRegistered = pthread_atfork(&before_fork, nullptr, &in_fork_child);
 
 // Pops the context pushed just before it, on every return path.
 class ContextPopper {
@@ -35,9 +54,12 @@ class ContextPopper {
   PVT_CU_CHECK(cuCtxPushCurrent(ctx));     \
   ContextPopper _pvt_context_popper
 
+#define PVT_CHECK_NOT_FORKED() PVT_RETURN_IF_ERROR(cuda_usable_in_this_process())
+
 class CudaBackend final : public Backend {
  public:
   static Status create(int ordinal, std::unique_ptr<CudaBackend>* out) {
+    PVT_CHECK_NOT_FORKED();
     PVT_CU_CHECK(cuInit(0));
     int count = 0;
     PVT_CU_CHECK(cuDeviceGetCount(&count));
@@ -75,6 +97,7 @@ class CudaBackend final : public Backend {
   size_t granularity() const override { return granularity_; }
 
   Status reserve(size_t bytes, void** base) override {
+    PVT_CHECK_NOT_FORKED();
     PVT_WITH_CONTEXT(ctx_);
     CUdeviceptr ptr = 0;
     PVT_CU_CHECK(cuMemAddressReserve(&ptr, bytes, granularity_, 0, 0));
@@ -83,12 +106,14 @@ class CudaBackend final : public Backend {
   }
 
   Status free_reservation(void* base, size_t bytes) override {
+    PVT_CHECK_NOT_FORKED();
     PVT_WITH_CONTEXT(ctx_);
     PVT_CU_CHECK(cuMemAddressFree(reinterpret_cast<CUdeviceptr>(base), bytes));
     return Status::Ok();
   }
 
   Status map(void* addr, size_t bytes, PhysHandle* handle) override {
+    PVT_CHECK_NOT_FORKED();
     PVT_WITH_CONTEXT(ctx_);
     CUmemGenericAllocationHandle h = 0;
     PVT_CU_CHECK(cuMemCreate(&h, bytes, &prop_, 0));  // kOutOfMemory when the GPU is full
@@ -102,13 +127,43 @@ class CudaBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status unmap(void* addr, size_t bytes, PhysHandle handle, void* stream) override {
+  Status unmap(void* addr, size_t bytes, PhysHandle handle) override {
+    PVT_CHECK_NOT_FORKED();
     PVT_WITH_CONTEXT(ctx_);
-    // Kernels queued on `stream` may still read or write the chunk; let them finish first.
-    PVT_CU_CHECK(cuStreamSynchronize(static_cast<CUstream>(stream)));
     PVT_CU_CHECK(cuMemUnmap(reinterpret_cast<CUdeviceptr>(addr), bytes));
     PVT_CU_CHECK(cuMemRelease(static_cast<CUmemGenericAllocationHandle>(handle)));
     return Status::Ok();
+  }
+
+  Status record_event(void* stream, EventHandle* event) override {
+    PVT_CHECK_NOT_FORKED();
+    PVT_WITH_CONTEXT(ctx_);
+    if (*event == 0) {
+      CUevent e = nullptr;
+      PVT_CU_CHECK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+      const CUresult r = cuEventRecord(e, static_cast<CUstream>(stream));
+      if (r != CUDA_SUCCESS) {
+        (void)cuEventDestroy(e);
+        return cuda_detail::to_status(r, "cuEventRecord(new event, stream)", __FILE__, __LINE__);
+      }
+      *event = reinterpret_cast<EventHandle>(e);
+      return Status::Ok();
+    }
+    PVT_CU_CHECK(cuEventRecord(reinterpret_cast<CUevent>(*event), static_cast<CUstream>(stream)));
+    return Status::Ok();
+  }
+
+  Status wait_event(EventHandle event) override {
+    PVT_CHECK_NOT_FORKED();
+    PVT_WITH_CONTEXT(ctx_);
+    PVT_CU_CHECK(cuEventSynchronize(reinterpret_cast<CUevent>(event)));
+    return Status::Ok();
+  }
+
+  void destroy_event(EventHandle event) override {
+    if (!cuda_usable_in_this_process().ok() || cuCtxPushCurrent(ctx_) != CUDA_SUCCESS) return;
+    ContextPopper popper;
+    (void)cuEventDestroy(reinterpret_cast<CUevent>(event));
   }
 
  private:
@@ -140,10 +195,21 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
+Status cuda_usable_in_this_process() {
+  (void)kAtForkRegistered;
+  if (!g_forked_after_init.load()) return Status::Ok();
+  return Status(Code::kUnsupported,
+                "CUDA cannot be used in this process: it was fork()ed from a process that had "
+                "initialised CUDA, and the driver's state does not survive fork(). Start worker "
+                "processes with the 'spawn' method (multiprocessing.set_start_method('spawn')) "
+                "or fork before using the GPU");
+}
+
 Status make_cuda_backend(int ordinal, Backend** out) {
   // Leaked on purpose, like the stats table: regions may be destroyed during static destruction.
   static auto* mu = new std::mutex();
   static auto* backends = new std::map<int, std::unique_ptr<CudaBackend>>();
+  PVT_CHECK_NOT_FORKED();  // before the mutex: the parent may have held it across fork()
   std::lock_guard<std::mutex> lock(*mu);
   auto it = backends->find(ordinal);
   if (it == backends->end()) {

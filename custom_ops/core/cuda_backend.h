@@ -11,4 +11,9 @@ namespace pvt {
 // kUnsupported when the device has no virtual memory management, kDriver when the driver fails.
 Status make_cuda_backend(int ordinal, Backend** out);
 
+// Ok, unless this process is a fork() child of a process that had initialised CUDA: then
+// kUnsupported saying so. Every CUDA backend call checks it first, so such a child gets an error
+// instead of a driver call that may hang (pthread_atfork records the fork).
+Status cuda_usable_in_this_process();
+
 }  // namespace pvt

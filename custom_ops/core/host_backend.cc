@@ -10,9 +10,6 @@
 #include <string>
 
 #include "backend.h"
-#ifdef PADDLE_VTENSOR_WITH_CUDA
-#include "cuda_backend.h"
-#endif
 
 namespace pvt {
 namespace {
@@ -47,27 +44,26 @@ class HostBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status unmap(void* addr, size_t bytes, PhysHandle, void*) override {
+  Status unmap(void* addr, size_t bytes, PhysHandle) override {
     if (madvise(addr, bytes, MADV_DONTNEED) != 0) return os_error("madvise(DONTNEED)", bytes);
     if (mprotect(addr, bytes, PROT_NONE) != 0) return os_error("mprotect(NONE)", bytes);
     return Status::Ok();
   }
+
+  // Host kernels run synchronously: by the time an op returns, its work is done.
+  Status record_event(void*, EventHandle* event) override {
+    *event = 0;
+    return Status::Ok();
+  }
+  Status wait_event(EventHandle) override { return Status::Ok(); }
+  void destroy_event(EventHandle) override {}
 };
 
 }  // namespace
 
-Status get_backend(Device device, Backend** out) {
-  if (device.kind == DeviceKind::kHost) {
-    static HostBackend host;
-    *out = &host;
-    return Status::Ok();
-  }
-#ifdef PADDLE_VTENSOR_WITH_CUDA
-  return make_cuda_backend(device.index, out);
-#else
-  return Status(Code::kUnsupported,
-                "device " + device.to_string() + " needs a build with CUDA (PADDLE_VTENSOR_WITH_CUDA)");
-#endif
+Backend* host_backend() {
+  static HostBackend host;
+  return &host;
 }
 
 }  // namespace pvt

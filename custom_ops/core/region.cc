@@ -1,5 +1,6 @@
 #include "region.h"
 
+#include <cstdint>
 #include <string>
 
 #include "stats.h"
@@ -8,37 +9,53 @@ namespace pvt {
 
 Status Region::create(Device device, size_t reserve_bytes, size_t chunk_bytes,
                       std::unique_ptr<Region>* out) {
-  if (reserve_bytes == 0) return Status(Code::kInvalidArgument, "reservation size must be positive");
-  Backend* backend = nullptr;
-  PVT_RETURN_IF_ERROR(get_backend(device, &backend));
-  const size_t gran = backend->granularity();
-  if (chunk_bytes == 0) chunk_bytes = gran;
-  chunk_bytes = (chunk_bytes + gran - 1) / gran * gran;
-  const size_t num_chunks = (reserve_bytes + chunk_bytes - 1) / chunk_bytes;
-  if (num_chunks > (SIZE_MAX / chunk_bytes)) {
-    return Status(Code::kInvalidArgument, "reservation of " + std::to_string(reserve_bytes) +
-                                              " bytes overflows the address space");
-  }
-  void* base = nullptr;
-  PVT_RETURN_IF_ERROR(backend->reserve(num_chunks * chunk_bytes, &base));
-  stats_detail::add_reserved(device, static_cast<int64_t>(num_chunks * chunk_bytes), 1);
-  out->reset(new Region(backend, static_cast<char*>(base), chunk_bytes, num_chunks));
-  return Status::Ok();
+  return catch_bad_alloc("reserving a region", [&]() -> Status {
+    if (reserve_bytes == 0) return Status(Code::kInvalidArgument, "reservation size must be positive");
+    Backend* backend = nullptr;
+    PVT_RETURN_IF_ERROR(get_backend(device, &backend));
+    const size_t gran = backend->granularity();
+    if (chunk_bytes == 0) chunk_bytes = gran;
+    if (chunk_bytes > SIZE_MAX - gran) {
+      return Status(Code::kInvalidArgument,
+                    "chunk size of " + std::to_string(chunk_bytes) + " bytes overflows the address space");
+    }
+    chunk_bytes = (chunk_bytes + gran - 1) / gran * gran;
+    // Chunks needed, without the overflow of reserve_bytes + chunk_bytes - 1.
+    const size_t num_chunks = reserve_bytes / chunk_bytes + (reserve_bytes % chunk_bytes != 0);
+    if (num_chunks > SIZE_MAX / chunk_bytes) {
+      return Status(Code::kInvalidArgument, "reservation of " + std::to_string(reserve_bytes) +
+                                                " bytes overflows the address space");
+    }
+    void* base = nullptr;
+    PVT_RETURN_IF_ERROR(backend->reserve(num_chunks * chunk_bytes, &base));
+    std::unique_ptr<Region> region;
+    try {
+      region.reset(new Region(backend, static_cast<char*>(base), chunk_bytes, num_chunks));
+    } catch (const std::bad_alloc&) {
+      (void)backend->free_reservation(base, num_chunks * chunk_bytes);
+      throw;
+    }
+    stats_detail::add_reserved(device, static_cast<int64_t>(num_chunks * chunk_bytes), 1);
+    *out = std::move(region);
+    return Status::Ok();
+  });
 }
 
 Region::Region(Backend* backend, char* base, size_t chunk_bytes, size_t num_chunks)
-    : backend_(backend),
-      base_(base),
-      chunk_bytes_(chunk_bytes),
-      mapped_(num_chunks, false),
-      handles_(num_chunks, 0) {}
+    : backend_(backend), base_(base), chunk_bytes_(chunk_bytes), num_chunks_(num_chunks) {}
 
 Region::~Region() {
   // Errors cannot propagate from a destructor: try every chunk; the stats show anything left mapped.
-  for (size_t c = 0; c < high_; ++c) {
-    if (mapped_[c]) (void)unmap_range(c * chunk_bytes_, chunk_bytes_);
+  const bool waited = wait_uses().ok();
+  if (waited) {
+    for (auto it = mapped_.begin(); it != mapped_.end();) {
+      auto next = std::next(it);
+      (void)unmap_chunk(it);
+      it = next;
+    }
   }
-  if (backend_->free_reservation(base_, reserved_bytes()).ok()) {
+  for (const auto& use : uses_) backend_->destroy_event(use.second);
+  if (waited && backend_->free_reservation(base_, reserved_bytes()).ok()) {
     stats_detail::add_reserved(device(), -static_cast<int64_t>(reserved_bytes()), -1);
   }
 }
@@ -46,10 +63,14 @@ Region::~Region() {
 bool Region::is_mapped(size_t offset, size_t bytes) const {
   if (bytes == 0) return true;
   if (offset + bytes > reserved_bytes() || offset + bytes < offset) return false;
-  for (size_t c = offset / chunk_bytes_; c <= (offset + bytes - 1) / chunk_bytes_; ++c) {
-    if (!mapped_[c]) return false;
+  const size_t first = offset / chunk_bytes_, last = (offset + bytes - 1) / chunk_bytes_;
+  // Walk the mapped chunks from `first`: every chunk up to `last` must be there, in order.
+  size_t want = first;
+  for (auto it = mapped_.lower_bound(first); it != mapped_.end() && it->first == want; ++it) {
+    if (want == last) return true;
+    ++want;
   }
-  return true;
+  return false;
 }
 
 Status Region::check_range(size_t offset, size_t bytes, const char* what) const {
@@ -68,27 +89,17 @@ Status Region::check_range(size_t offset, size_t bytes, const char* what) const 
   return Status::Ok();
 }
 
-void Region::mark(size_t chunk, bool mapped, PhysHandle handle) {
-  mapped_[chunk] = mapped;
-  handles_[chunk] = handle;
-  if (mapped) {
-    ++num_mapped_;
-    if (chunk + 1 > high_) high_ = chunk + 1;
-    while (prefix_ < mapped_.size() && mapped_[prefix_]) ++prefix_;
-  } else {
-    --num_mapped_;
-    if (chunk < prefix_) prefix_ = chunk;
-    while (high_ > 0 && !mapped_[high_ - 1]) --high_;
-  }
+Status Region::map_range(size_t offset, size_t bytes) {
+  return catch_bad_alloc("map_range", [&] { return map_range_impl(offset, bytes); });
 }
 
-Status Region::map_range(size_t offset, size_t bytes) {
+Status Region::map_range_impl(size_t offset, size_t bytes) {
   PVT_RETURN_IF_ERROR(check_range(offset, bytes, "map_range"));
   const size_t first = offset / chunk_bytes_, last = (offset + bytes) / chunk_bytes_;
   std::vector<size_t> done;
   Status status;
   for (size_t c = first; c < last && status.ok(); ++c) {
-    if (mapped_[c]) continue;
+    if (mapped_.count(c)) continue;
     if (!stats_detail::try_add_mapped(device(), static_cast<int64_t>(chunk_bytes_))) {
       const MemoryStats s = memory_stats(device());
       status = Status(Code::kOutOfMemory,
@@ -100,45 +111,72 @@ Status Region::map_range(size_t offset, size_t bytes) {
     }
     PhysHandle handle = 0;
     status = backend_->map(base_ + c * chunk_bytes_, chunk_bytes_, &handle);
+    if (status.ok()) {
+      try {
+        mapped_.emplace(c, handle);
+        try {
+          done.push_back(c);
+        } catch (const std::bad_alloc&) {
+          mapped_.erase(c);
+          throw;
+        }
+      } catch (const std::bad_alloc&) {
+        // No room to remember the chunk: give it back now, then undo the rest below.
+        (void)backend_->unmap(base_ + c * chunk_bytes_, chunk_bytes_, handle);
+        status = Status(Code::kOutOfMemory, "map_range: host memory ran out");
+      }
+    }
     if (!status.ok()) {
       stats_detail::add_mapped(device(), -static_cast<int64_t>(chunk_bytes_));
       break;
     }
-    mark(c, true, handle);
+    while (prefix_ == c && prefix_ < num_chunks_ && mapped_.count(prefix_)) ++prefix_;
     stats_detail::add_calls(device(), 1, 0);
-    done.push_back(c);
   }
   if (!status.ok()) {
-    // All or nothing: give back what this call mapped. Nothing was written to those chunks yet.
-    for (size_t c : done) {
-      if (backend_->unmap(base_ + c * chunk_bytes_, chunk_bytes_, handles_[c], last_stream_).ok()) {
-        mark(c, false, 0);
-        stats_detail::add_mapped(device(), -static_cast<int64_t>(chunk_bytes_));
-        stats_detail::add_calls(device(), 0, 1);
-      }
-    }
+    // All or nothing: give back what this call mapped. Nothing was written to those chunks yet, so
+    // no stream needs waiting for.
+    for (size_t c : done) (void)unmap_chunk(mapped_.find(c));
   }
   return status;
 }
 
+Status Region::unmap_chunk(std::map<size_t, PhysHandle>::iterator it) {
+  const size_t c = it->first;
+  PVT_RETURN_IF_ERROR(backend_->unmap(base_ + c * chunk_bytes_, chunk_bytes_, it->second));
+  mapped_.erase(it);
+  if (c < prefix_) prefix_ = c;
+  stats_detail::add_mapped(device(), -static_cast<int64_t>(chunk_bytes_));
+  stats_detail::add_calls(device(), 0, 1);
+  return Status::Ok();
+}
+
 Status Region::unmap_range(size_t offset, size_t bytes) {
+  return catch_bad_alloc("unmap_range", [&] { return unmap_range_impl(offset, bytes); });
+}
+
+Status Region::unmap_range_impl(size_t offset, size_t bytes) {
   PVT_RETURN_IF_ERROR(check_range(offset, bytes, "unmap_range"));
   const size_t first = offset / chunk_bytes_, last = (offset + bytes) / chunk_bytes_;
-  for (size_t c = first; c < last; ++c) {
-    if (!mapped_[c]) continue;
-    PVT_RETURN_IF_ERROR(backend_->unmap(base_ + c * chunk_bytes_, chunk_bytes_, handles_[c], last_stream_));
-    mark(c, false, 0);
-    stats_detail::add_mapped(device(), -static_cast<int64_t>(chunk_bytes_));
-    stats_detail::add_calls(device(), 0, 1);
+  auto it = mapped_.lower_bound(first);
+  if (it == mapped_.end() || it->first >= last) return Status::Ok();  // nothing mapped there
+  PVT_RETURN_IF_ERROR(wait_uses());
+  // O(mapped chunks in the range), however wide the range.
+  while (it != mapped_.end() && it->first < last) {
+    auto next = std::next(it);
+    PVT_RETURN_IF_ERROR(unmap_chunk(it));
+    it = next;
   }
   return Status::Ok();
 }
 
 Status Region::ensure_mapped(size_t end) {
   if (end > reserved_bytes()) {
-    return Status(Code::kOutOfRange, "ensure_mapped: " + std::to_string(end) +
-                                         " bytes is past the reservation of " +
-                                         std::to_string(reserved_bytes()) + " bytes");
+    return catch_bad_alloc("ensure_mapped", [&] {
+      return Status(Code::kOutOfRange, "ensure_mapped: " + std::to_string(end) +
+                                           " bytes is past the reservation of " +
+                                           std::to_string(reserved_bytes()) + " bytes");
+    });
   }
   const size_t need = round_up(end);
   if (need <= prefix_ * chunk_bytes_) return Status::Ok();  // the common decode step: nothing to map
@@ -147,8 +185,35 @@ Status Region::ensure_mapped(size_t end) {
 
 Status Region::release_from(size_t end) {
   const size_t from = round_up(end);
-  if (from >= high_ * chunk_bytes_) return Status::Ok();  // nothing mapped past `end`
-  return unmap_range(from, high_ * chunk_bytes_ - from);
+  if (mapped_.empty()) return Status::Ok();
+  const size_t high = (mapped_.rbegin()->first + 1) * chunk_bytes_;
+  if (from >= high) return Status::Ok();  // nothing mapped past `end`
+  return unmap_range(from, high - from);
+}
+
+Status Region::record_use(void* stream) {
+  return catch_bad_alloc("record_use", [&]() -> Status {
+    for (auto& use : uses_) {
+      if (use.first == stream) return backend_->record_event(stream, &use.second);
+    }
+    EventHandle event = 0;
+    PVT_RETURN_IF_ERROR(backend_->record_event(stream, &event));
+    if (event == 0) return Status::Ok();  // the host: nothing will ever need waiting for
+    try {
+      uses_.emplace_back(stream, event);
+    } catch (const std::bad_alloc&) {
+      // Cannot remember it: wait now, so no later unmap can overtake this stream's work.
+      const Status waited = backend_->wait_event(event);
+      backend_->destroy_event(event);
+      return waited;
+    }
+    return Status::Ok();
+  });
+}
+
+Status Region::wait_uses() {
+  for (const auto& use : uses_) PVT_RETURN_IF_ERROR(backend_->wait_event(use.second));
+  return Status::Ok();
 }
 
 }  // namespace pvt

@@ -1,11 +1,21 @@
 // Region: one reserved virtual range cut into equal chunks, any of which can be mapped or released.
 // Ranges are chunk-aligned byte offsets from base(); the region remembers which chunks are mapped, so
 // callers may grow a tail (the KV cache today) or manage independent sub-ranges (one per sequence).
+//
+// Host memory of the bookkeeping grows with what is mapped, never with what is reserved: a sorted
+// map of mapped chunk -> physical handle, so a reservation of any size the address space allows
+// (terabytes, one-page chunks) costs a few hundred bytes until it is used.
+//
+// Streams: release must not pull memory from under kernels still queued on it. Every stream that
+// used the region (wrote or read it) is remembered with an event recorded after its last use
+// (record_use); unmapping first waits for every such event, whatever the stream.
 // Not thread-safe by itself: SeqMajorCache serialises access with its own mutex.
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend.h"
@@ -15,52 +25,60 @@ namespace pvt {
 class Region {
  public:
   // `reserve_bytes` and `chunk_bytes` are rounded up: chunk to the backend granularity, the
-  // reservation to a whole number of chunks.
+  // reservation to a whole number of chunks. kInvalidArgument when that overflows the address
+  // space, kOutOfMemory when the backend cannot reserve it (or host memory runs out).
   static Status create(Device device, size_t reserve_bytes, size_t chunk_bytes,
                        std::unique_ptr<Region>* out);
-  ~Region();  // unmaps every mapped chunk (synchronising last_stream), then frees the range
+  ~Region();  // waits for every using stream, unmaps every mapped chunk, then frees the range
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
 
   Device device() const { return backend_->device(); }
   char* base() const { return base_; }
-  size_t reserved_bytes() const { return chunk_bytes_ * mapped_.size(); }
+  size_t reserved_bytes() const { return chunk_bytes_ * num_chunks_; }
   size_t chunk_bytes() const { return chunk_bytes_; }
-  size_t num_chunks() const { return mapped_.size(); }
-  size_t mapped_bytes() const { return chunk_bytes_ * num_mapped_; }
-  bool chunk_mapped(size_t chunk) const { return mapped_[chunk]; }
+  size_t num_chunks() const { return num_chunks_; }
+  size_t mapped_bytes() const { return chunk_bytes_ * mapped_.size(); }
+  bool chunk_mapped(size_t chunk) const { return mapped_.count(chunk) != 0; }
   // True when every byte of [offset, offset+bytes) lies in a mapped chunk.
   bool is_mapped(size_t offset, size_t bytes) const;
 
   // Map every not-yet-mapped chunk in [offset, offset+bytes) (both chunk-aligned). All or nothing:
   // on failure the chunks this call mapped are released again and the region is as before.
   Status map_range(size_t offset, size_t bytes);
-  // Release every mapped chunk in [offset, offset+bytes) (both chunk-aligned).
+  // Release every mapped chunk in [offset, offset+bytes) (both chunk-aligned), after waiting for
+  // every stream that used the region.
   Status unmap_range(size_t offset, size_t bytes);
   // Convenience for a growing tail: map [0, round_up(end)) / release everything from round_up(end).
   Status ensure_mapped(size_t end);
   Status release_from(size_t end);
 
-  // Stream that last queued work on this region's memory; unmapping waits for it (see Backend::unmap).
-  void set_stream(void* stream) { last_stream_ = stream; }
+  // Work queued on `stream` so far may touch this region's memory: the next unmap waits for it.
+  // Call it after queuing the work (a write or a read). One event per distinct stream, re-recorded
+  // on each use, so the bookkeeping is bounded by the number of streams. No-op on the host.
+  Status record_use(void* stream);
+  size_t streams_in_use() const { return uses_.size(); }
+
   size_t round_up(size_t bytes) const { return (bytes + chunk_bytes_ - 1) / chunk_bytes_ * chunk_bytes_; }
 
  private:
   Region(Backend* backend, char* base, size_t chunk_bytes, size_t num_chunks);
   Status check_range(size_t offset, size_t bytes, const char* what) const;
-  void mark(size_t chunk, bool mapped, PhysHandle handle);
+  Status map_range_impl(size_t offset, size_t bytes);
+  Status unmap_range_impl(size_t offset, size_t bytes);
+  Status wait_uses();
+  // Releases one mapped chunk (the caller waited for the streams) and updates the bookkeeping.
+  Status unmap_chunk(std::map<size_t, PhysHandle>::iterator it);
 
   Backend* backend_;
   char* base_;
   size_t chunk_bytes_;
-  std::vector<bool> mapped_;
-  std::vector<PhysHandle> handles_;
-  size_t num_mapped_ = 0;
-  // Chunks [0, prefix_) are all mapped and none at or past high_ is: a growing tail costs
-  // O(new chunks) per call instead of a scan of the whole reservation.
+  size_t num_chunks_;
+  std::map<size_t, PhysHandle> mapped_;  // mapped chunk index -> its physical handle
+  // Chunks [0, prefix_) are all mapped: a growing tail costs O(new chunks) (times log of the
+  // mapped count) per call instead of a scan from chunk 0.
   size_t prefix_ = 0;
-  size_t high_ = 0;
-  void* last_stream_ = nullptr;
+  std::vector<std::pair<void*, EventHandle>> uses_;  // stream -> event recorded after its last use
 };
 
 }  // namespace pvt

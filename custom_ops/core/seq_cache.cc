@@ -1,5 +1,6 @@
 #include "seq_cache.h"
 
+#include <cstdint>
 #include <iterator>
 #include <string>
 
@@ -23,6 +24,11 @@ std::map<const char*, std::weak_ptr<SeqMajorCache>>& registry() {
 
 Status SeqMajorCache::create(Device device, const CacheShape& shape, const CacheConfig& config,
                              std::shared_ptr<SeqMajorCache>* out) {
+  return catch_bad_alloc("creating a cache", [&] { return create_impl(device, shape, config, out); });
+}
+
+Status SeqMajorCache::create_impl(Device device, const CacheShape& shape, const CacheConfig& config,
+                                  std::shared_ptr<SeqMajorCache>* out) {
   if (shape.batch <= 0 || shape.heads <= 0 || shape.head_dim <= 0) {
     return Status(Code::kInvalidArgument,
                   "cache shape must be positive, got batch=" + std::to_string(shape.batch) +
@@ -37,15 +43,28 @@ Status SeqMajorCache::create(Device device, const CacheShape& shape, const Cache
     return Status(Code::kInvalidArgument, "capacity must be at least one token, got " +
                                               std::to_string(config.capacity_tokens));
   }
-  const size_t bytes = static_cast<size_t>(config.capacity_tokens) * shape.token_bytes();
+  const bool token_fits = shape.batch <= INT64_MAX / shape.heads / shape.head_dim / shape.elem_bytes;
+  const int64_t token_bytes = token_fits ? shape.token_bytes() : 0;
+  if (!token_fits ||
+      static_cast<uint64_t>(config.capacity_tokens) > SIZE_MAX / static_cast<uint64_t>(token_bytes)) {
+    return Status(Code::kInvalidArgument,
+                  "a cache of " + std::to_string(config.capacity_tokens) + " tokens of batch=" +
+                      std::to_string(shape.batch) + " heads=" + std::to_string(shape.heads) +
+                      " head_dim=" + std::to_string(shape.head_dim) +
+                      " overflows the address space (lower max_seq_len)");
+  }
+  const size_t bytes = static_cast<size_t>(config.capacity_tokens) * static_cast<size_t>(token_bytes);
   std::unique_ptr<Region> region;
   PVT_RETURN_IF_ERROR(Region::create(
       device, bytes, config.chunk_bytes ? config.chunk_bytes : kDefaultChunkBytes, &region));
   // The reservation is rounded up to whole chunks, but the capacity stays what was asked for, so
   // "past the reservation" means past max_seq_len, whatever the chunk size.
-  out->reset(new SeqMajorCache(shape, config.capacity_tokens, std::move(region)));
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  registry()[(*out)->data()] = *out;
+  std::shared_ptr<SeqMajorCache> cache(new SeqMajorCache(shape, config.capacity_tokens, std::move(region)));
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    registry()[cache->data()] = cache;  // on bad_alloc `cache` dies here and frees the region
+  }
+  *out = std::move(cache);
   return Status::Ok();
 }
 
@@ -91,20 +110,24 @@ int64_t SeqMajorCache::live_views() const {
   return n;
 }
 
-Status SeqMajorCache::reserve_locked(int64_t end, void* stream) {
+Status SeqMajorCache::reserve_locked(int64_t end) {
   if (end < 0 || end > capacity_tokens_) {
     return Status(Code::kOutOfRange,
                   "cache needs " + std::to_string(end) + " tokens but its reservation holds " +
                       std::to_string(capacity_tokens_) +
                       " (raise max_seq_len when the cache is created)");
   }
-  region_->set_stream(stream);
   return region_->ensure_mapped(static_cast<size_t>(end) * shape_.token_bytes());
 }
 
-Status SeqMajorCache::reserve_tokens(int64_t end, void* stream) {
+Status SeqMajorCache::reserve_tokens(int64_t end) {
   std::lock_guard<std::mutex> lock(mu_);
-  return reserve_locked(end, stream);
+  return reserve_locked(end);
+}
+
+Status SeqMajorCache::record_use(void* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return region_->record_use(stream);
 }
 
 bool SeqMajorCache::write_allowed(int64_t pos) const {
@@ -112,27 +135,39 @@ bool SeqMajorCache::write_allowed(int64_t pos) const {
   return pos >= longest_locked();
 }
 
-Status SeqMajorCache::begin_append(int64_t pos, int64_t count, void* stream) {
-  if (pos < 0 || count <= 0) {
-    return Status(Code::kInvalidArgument, "append of " + std::to_string(count) +
-                                              " tokens at position " + std::to_string(pos));
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (pos < longest_locked()) {
-    return Status(Code::kConflict,
-                  "position " + std::to_string(pos) + " is seen by a live view of length " +
-                      std::to_string(longest_locked()) + "; the caller must copy first");
-  }
-  PVT_RETURN_IF_ERROR(reserve_locked(pos + count, stream));
-  views_[pos + count] += 1;
-  stats_detail::add_views(device(), 1);
-  return Status::Ok();
+Status SeqMajorCache::begin_append(int64_t pos, int64_t count) {
+  return catch_bad_alloc("begin_append", [&]() -> Status {
+    if (pos < 0 || count <= 0 || count > INT64_MAX - pos) {
+      return Status(Code::kInvalidArgument, "append of " + std::to_string(count) +
+                                                " tokens at position " + std::to_string(pos));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pos < longest_locked()) {
+      return Status(Code::kConflict,
+                    "position " + std::to_string(pos) + " is seen by a live view of length " +
+                        std::to_string(longest_locked()) + "; the caller must copy first");
+    }
+    const bool had_view = views_.count(pos + count) != 0;
+    PVT_RETURN_IF_ERROR(reserve_locked(pos + count));
+    try {
+      views_[pos + count] += 1;
+    } catch (const std::bad_alloc&) {
+      // Nothing registered: give back what this call mapped past the longest live view.
+      if (!had_view) (void)region_->release_from(static_cast<size_t>(longest_locked()) * shape_.token_bytes());
+      throw;
+    }
+    stats_detail::add_views(device(), 1);
+    return Status::Ok();
+  });
 }
 
-void SeqMajorCache::add_view(int64_t length) {
-  std::lock_guard<std::mutex> lock(mu_);
-  views_[length] += 1;
-  stats_detail::add_views(device(), 1);
+Status SeqMajorCache::add_view(int64_t length) {
+  return catch_bad_alloc("add_view", [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    views_[length] += 1;
+    stats_detail::add_views(device(), 1);
+    return Status::Ok();
+  });
 }
 
 void SeqMajorCache::remove_view(int64_t length) {

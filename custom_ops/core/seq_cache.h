@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,26 +56,38 @@ class SeqMajorCache {
   int64_t live_views() const;
 
   // Make tokens [0, end) writable. kOutOfRange past capacity, kOutOfMemory when physical memory (or
-  // the configured limit) runs out; on error nothing changed.
-  Status reserve_tokens(int64_t end, void* stream);
+  // the configured limit, or host memory for the bookkeeping) runs out; on error nothing changed.
+  Status reserve_tokens(int64_t end);
   // True when writing at `pos` overwrites nothing a live view sees.
   bool write_allowed(int64_t pos) const;
   // Atomically: check write_allowed(pos) (kConflict if not), reserve [0, pos+count), register a
-  // view of length pos+count. On error nothing changed. The caller then queues the write.
-  Status begin_append(int64_t pos, int64_t count, void* stream);
+  // view of length pos+count. On error nothing changed. The caller then queues the write, and
+  // then calls record_use with the stream it queued it on.
+  Status begin_append(int64_t pos, int64_t count);
+  // Work queued on `stream` so far reads or writes this cache: memory is released only after it
+  // has finished (Region::record_use). Every writer and every reader (attention) calls it after
+  // queuing its kernels; a no-op on the host.
+  Status record_use(void* stream);
+  // Host bytes written into this cache by append kernels are counted per device in the stats
+  // (MemoryStats::bytes_written); the adapter reports each write it queues.
 
   // The live cache whose reservation contains `ptr`, or null. Thread-safe; used by is_vtensor().
   static std::shared_ptr<SeqMajorCache> find(const void* ptr);
   ~SeqMajorCache();
 
-  // View bookkeeping. add_view is for views created without an append (migration, truncate).
-  void add_view(int64_t length);
-  // Drops one view of `length`; releases the chunks past the new longest view.
+  // View bookkeeping. add_view is for views created without an append (migration, truncate);
+  // kOutOfMemory (and nothing registered) when host memory runs out.
+  Status add_view(int64_t length);
+  // Drops one view of `length`; releases the chunks past the new longest view (after waiting for
+  // every stream that used the cache). Never fails: a failed release leaves memory mapped (visible
+  // in the stats), never a view over unmapped memory.
   void remove_view(int64_t length);
 
  private:
   SeqMajorCache(CacheShape shape, int64_t capacity_tokens, std::unique_ptr<Region> region);
-  Status reserve_locked(int64_t end, void* stream);
+  static Status create_impl(Device device, const CacheShape& shape, const CacheConfig& config,
+                            std::shared_ptr<SeqMajorCache>* out);
+  Status reserve_locked(int64_t end);
   int64_t longest_locked() const;
 
   const CacheShape shape_;

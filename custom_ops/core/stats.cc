@@ -31,7 +31,8 @@ void set_mapped_observer(MappedObserver observer) { g_observer.store(observer); 
 
 MemoryStats memory_stats(Device device) {
   std::lock_guard<std::mutex> lock(stats_mutex());
-  return table()[device];
+  auto it = table().find(device);  // a read never inserts (and so never allocates)
+  return it == table().end() ? MemoryStats{} : it->second;
 }
 
 void set_mapped_limit(Device device, int64_t bytes) {
@@ -43,6 +44,11 @@ void reset_peak_mapped(Device device) {
   std::lock_guard<std::mutex> lock(stats_mutex());
   auto& s = table()[device];
   s.peak_mapped_bytes = s.mapped_bytes;
+}
+
+void add_bytes_written(Device device, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  table()[device].bytes_written += bytes;
 }
 
 namespace stats_detail {

@@ -16,6 +16,7 @@ struct MemoryStats {
   int64_t map_calls = 0;          // chunks mapped since start
   int64_t unmap_calls = 0;        // chunks unmapped since start
   int64_t mapped_limit = 0;       // 0: no limit; else mapping past it fails with kOutOfMemory
+  int64_t bytes_written = 0;      // bytes the append kernels were given to write into caches
 };
 
 MemoryStats memory_stats(Device device);
@@ -23,6 +24,9 @@ MemoryStats memory_stats(Device device);
 // lets tests provoke kOutOfMemory without exhausting the machine.
 void set_mapped_limit(Device device, int64_t bytes);
 void reset_peak_mapped(Device device);
+// Counts `bytes` written into caches on `device`: every append/migration kernel the adapter queues
+// reports what it writes, so "bytes written per step" is counted, not inferred.
+void add_bytes_written(Device device, int64_t bytes);
 
 // Called with every change of mapped bytes (after it is counted), so a framework can show VTensor
 // memory in its own accounting; the Paddle adapter forwards it to Paddle's memory stats. One

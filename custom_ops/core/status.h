@@ -2,6 +2,7 @@
 // The Paddle adapter turns a non-ok Status into a Python exception; the native harness prints it.
 #pragma once
 
+#include <new>
 #include <string>
 #include <utility>
 
@@ -35,6 +36,22 @@ class Status {
   Code code_ = Code::kOk;
   std::string message_;
 };
+
+// Runs `body` (a callable returning Status) and turns a failed host allocation inside it into
+// kOutOfMemory: every core entry point that may allocate goes through it, so running out of host
+// memory is an error the caller sees, never std::terminate. `what` names the operation.
+template <typename Body>
+Status catch_bad_alloc(const char* what, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    try {
+      return Status(Code::kOutOfMemory, std::string(what) + ": host memory ran out");
+    } catch (...) {
+      return Status(Code::kOutOfMemory, std::string());  // not even the message fits
+    }
+  }
+}
 
 }  // namespace pvt
 

@@ -1,14 +1,22 @@
-// Host decode attention (and the shared parameter check). For each (batch, kv head) the block of
-// query rows that share the kv head (the GQA group times Tq) is scored against each key once, so
-// K and V are each read once per step, in place. Two passes (scores, then softmax-weighted V) in
-// float32; the score buffer is rows x S floats.
+// Host decode attention (and the shared parameter check): plans the work and merges it; the inner
+// loop is cpu_attention_tile.h, built per instruction set. Each batch entry's keys are cut into
+// chunks, one work item each, run on all cores (cpu_thread_pool.h); every item streams its keys'
+// K and V token rows once for all heads with an online softmax, leaving a partial (max, sum,
+// unnormalised output) per query row; the partials of an entry merge by log-sum-exp. The
+// variable-length fields (decode_attention.h) only change what each entry's item reads.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "cpu_attention_item.h"
+#include "cpu_thread_pool.h"
 #include "decode_attention.h"
+#include "decode_attention_cpu.h"
 
 namespace pvt {
 namespace {
@@ -102,20 +110,6 @@ void load_row(const void* base, int64_t offset, int64_t stride, int64_t n, Scala
     return;
   }
   for (int64_t i = 0; i < n; ++i) dst[i] = load(base, offset + i * stride, t);
-}
-
-float dot(const float* a, const float* b, int64_t n) {
-  // Four partial sums: lets the compiler vectorise without -ffast-math.
-  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-  }
-  for (; i < n; ++i) s0 += a[i] * b[i];
-  return (s0 + s1) + (s2 + s3);
 }
 
 bool is_float_type(ScalarType t) { return t != ScalarType::kBool; }
@@ -245,87 +239,263 @@ Status check_varlen_values(const DecodeAttentionParams& p) {
 
 }  // namespace
 
+namespace {
+
+using cpu_attention::Item;
+
+// The instruction-set build of the inner loop, picked at run time from what the CPU has;
+// PADDLE_VTENSOR_CPU_ISA=scalar|avx2|avx512 asks for a lower one (tests, comparisons).
+struct Isa {
+  const char* name;
+  int64_t width;
+  void (*run)(const Item&);
+};
+
+Isa pick_isa() {
+  static const int best = [] {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return 2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) return 1;
+#endif
+    return 0;
+  }();
+  int level = best;
+  if (const char* env = std::getenv("PADDLE_VTENSOR_CPU_ISA")) {
+    const std::string want = env;
+    const int asked = want == "scalar" ? 0 : want == "avx2" ? 1 : 2;
+    level = asked < best ? asked : best;
+  }
+  if (level == 2) return {"avx512", cpu_attention::kWidthAvx512, cpu_attention::run_item_avx512};
+  if (level == 1) return {"avx2", cpu_attention::kWidthAvx2, cpu_attention::run_item_avx2};
+  return {"scalar", cpu_attention::kWidthScalar, cpu_attention::run_item_scalar};
+}
+
+int elem_of(ScalarType t) {
+  return t == ScalarType::kFloat16 ? cpu_attention::kF16
+                                   : t == ScalarType::kBFloat16 ? cpu_attention::kBF16 : cpu_attention::kF32;
+}
+
+// Keys per work item: enough items for every thread to stay busy (4 per thread), few enough that
+// each streams a long run of keys (at least kMinChunk).
+constexpr int64_t kMinChunk = 256;
+// Floats of per-item state (scores, accumulators) a group of entries may share: about 128 KiB,
+// well inside a core's L2, so the accumulators stay cached while the K/V rows stream past.
+// Bytes of K and V (an upper bound: kv_len keys for every entry) from which a call uses all threads.
+constexpr int64_t kParallelBytes = int64_t(16) << 20;
+constexpr int64_t kGroupFloats = 32 * 1024;
+
+int64_t chunk_keys(int64_t total_keys, int threads) {
+  const int64_t want = (total_keys + 4 * threads - 1) / (4 * threads);
+  const int64_t c = want > kMinChunk ? want : kMinChunk;
+  return (c + cpu_attention::kTile - 1) / cpu_attention::kTile * cpu_attention::kTile;
+}
+
+// What one entry needs across the three phases.
+struct EntryPlan {
+  Entry e;
+  bool refused = false;
+  int64_t rows = 0;         // q_heads * q_count
+  int64_t q_at = 0;         // its query rows in `qbuf`
+  int64_t bias_at = -1;     // its mask bias in `bias`, or -1
+};
+
+}  // namespace
+
+const char* decode_attention_cpu_isa() { return pick_isa().name; }
+int decode_attention_cpu_threads() { return cpu_pool_threads(); }
+
 Status decode_attention_cpu(const DecodeAttentionParams& p) {
   PVT_RETURN_IF_ERROR(check_decode_attention_params(p));
   PVT_RETURN_IF_ERROR(check_varlen_values(p));
-  const int64_t D = p.head_dim;
-  const int64_t G = p.q_heads / p.kv_heads;
+  const Isa isa = pick_isa();
+  // Small calls stay on the calling thread: waking the workers costs tens of microseconds on an
+  // idle machine and up to a scheduler slice on a loaded one, more than one core needs to stream
+  // a few MiB.
+  const int64_t kv_bytes = 2 * p.kv_len * p.batch * p.kv_heads * p.head_dim *
+                           (p.dtype == ScalarType::kFloat32 ? 4 : 2);
+  const int threads = kv_bytes >= kParallelBytes ? cpu_pool_threads() : 1;
+  const auto run_all = [threads](int64_t n, const std::function<void(int64_t)>& fn) {
+    if (threads > 1) {
+      cpu_parallel_for(n, fn);
+    } else {
+      for (int64_t i = 0; i < n; ++i) fn(i);
+    }
+  };
+  const int64_t B = p.batch, D = p.head_dim, Hq = p.q_heads, Hkv = p.kv_heads, G = Hq / Hkv;
+  const int64_t Dp = (D + isa.width - 1) / isa.width * isa.width;
+  const bool convert = p.k_stride[3] != 1 || p.v_stride[3] != 1 || Dp != D;
   const float neg_inf = -std::numeric_limits<float>::infinity();
+  // The mask as an additive float bias per entry, [Hm][Tq][S] (Hm = 1 when broadcast over heads).
+  const int64_t Hm = p.mask != nullptr && p.mask_stride[1] != 0 ? Hq : 1;
 
-  for (int64_t b = 0; b < p.batch; ++b) {
-    const Entry e = entry(p, b);
-    const int64_t Tq = e.q_count, S = e.kv_count;
-    if (Tq == 0) continue;
-    const int64_t R = G * Tq;  // query rows sharing one kv head: row r = g * Tq + t
-    const bool refused = p.kv_mapped != nullptr && S > p.kv_mapped[e.slot];
-    if (refused && p.error_flag != nullptr) *p.error_flag = 1;
-    std::vector<float> q(static_cast<size_t>(R * D)), scores(static_cast<size_t>(R * (S > 0 ? S : 1)));
-    std::vector<float> acc(static_cast<size_t>(R * D)), kv(static_cast<size_t>(D));
-    for (int64_t hk = 0; hk < p.kv_heads; ++hk) {
-      std::vector<float> denom(static_cast<size_t>(R), 0.f), rowmax(static_cast<size_t>(R), neg_inf);
-      std::fill(acc.begin(), acc.end(), 0.f);
-      if (!refused) {
-        for (int64_t r = 0; r < R; ++r) {
-          const int64_t h = hk * G + r / Tq, t = r % Tq;
-          float* qr = q.data() + r * D;
-          load_row(p.q, e.q_offset + t * p.q_stride[1] + h * p.q_stride[2], p.q_stride[3], D, p.dtype, qr);
-          for (int64_t d = 0; d < D; ++d) qr[d] *= p.scale;
-        }
-        // Pass 1: scores, each key loaded once for all rows.
-        for (int64_t s = 0; s < S; ++s) {
-          load_row(p.k, s * p.k_stride[0] + e.slot * p.k_stride[1] + hk * p.k_stride[2], p.k_stride[3],
-                   D, p.dtype, kv.data());
-          for (int64_t r = 0; r < R; ++r) {
-            const int64_t h = hk * G + r / Tq, t = r % Tq;
-            float x = dot(q.data() + r * D, kv.data(), D);
-            if (p.mask == nullptr) {
-              if (s >= S - Tq + t + 1) x = neg_inf;
-            } else {
-              const float m = load(p.mask, b * p.mask_stride[0] + h * p.mask_stride[1] +
-                                               t * p.mask_stride[2] + s * p.mask_stride[3],
-                                   p.mask_type);
-              x = p.mask_type == ScalarType::kBool ? (m != 0.f ? x : neg_inf) : x + m;
-            }
-            scores[r * S + s] = x;
-          }
-        }
-        // Softmax per row; a row that sees nothing (max = -inf) keeps weight 0 everywhere.
-        for (int64_t r = 0; r < R; ++r) {
-          float* sr = scores.data() + r * S;
-          float mx = neg_inf;
-          for (int64_t s = 0; s < S; ++s) mx = sr[s] > mx ? sr[s] : mx;
-          float sum = 0.f;
-          for (int64_t s = 0; s < S; ++s) {
-            sr[s] = mx == neg_inf ? 0.f : std::exp(sr[s] - mx);
-            sum += sr[s];
-          }
-          denom[r] = sum;
-          rowmax[r] = mx;
-        }
-        // Pass 2: weighted values, each value row loaded once for all rows.
-        for (int64_t s = 0; s < S; ++s) {
-          load_row(p.v, s * p.v_stride[0] + e.slot * p.v_stride[1] + hk * p.v_stride[2], p.v_stride[3],
-                   D, p.dtype, kv.data());
-          for (int64_t r = 0; r < R; ++r) {
-            const float w = scores[r * S + s];
-            if (w == 0.f) continue;
-            float* ar = acc.data() + r * D;
-            for (int64_t d = 0; d < D; ++d) ar[d] += w * kv[d];
-          }
-        }
+  std::vector<EntryPlan> plan(static_cast<size_t>(B));
+  int64_t q_floats = 0, bias_floats = 0, total_keys = 0, max_rows = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    EntryPlan& ep = plan[b];
+    ep.e = entry(p, b);
+    ep.rows = Hq * ep.e.q_count;
+    ep.refused = p.kv_mapped != nullptr && ep.e.kv_count > p.kv_mapped[ep.e.slot];
+    if (ep.refused && p.error_flag != nullptr) *p.error_flag = 1;
+    if (ep.refused || ep.rows == 0) continue;
+    ep.q_at = q_floats;
+    q_floats += ep.rows * Dp;
+    if (p.mask != nullptr) {
+      ep.bias_at = bias_floats;
+      bias_floats += Hm * ep.e.q_count * ep.e.kv_count;
+    }
+    total_keys += ep.e.kv_count;
+    max_rows = ep.rows > max_rows ? ep.rows : max_rows;
+  }
+
+  // Queries as float32 rows r = h * Tq + t, scaled, zero padded to Dp; the mask as a bias.
+  std::vector<float> qbuf(static_cast<size_t>(q_floats), 0.f), bias(static_cast<size_t>(bias_floats));
+  for (int64_t b = 0; b < B; ++b) {
+    const EntryPlan& ep = plan[b];
+    if (ep.refused || ep.rows == 0) continue;
+    const int64_t tq = ep.e.q_count;
+    for (int64_t h = 0; h < Hq; ++h) {
+      for (int64_t t = 0; t < tq; ++t) {
+        float* qr = qbuf.data() + ep.q_at + (h * tq + t) * Dp;
+        load_row(p.q, ep.e.q_offset + t * p.q_stride[1] + h * p.q_stride[2], p.q_stride[3], D, p.dtype, qr);
+        for (int64_t d = 0; d < D; ++d) qr[d] *= p.scale;
       }
-      for (int64_t r = 0; r < R; ++r) {
-        const int64_t h = hk * G + r / Tq, t = r % Tq;
-        const float inv = denom[r] > 0.f ? 1.f / denom[r] : 0.f;
-        const int64_t base = e.out_offset + t * p.out_stride[1] + h * p.out_stride[2];
-        for (int64_t d = 0; d < D; ++d) store(p.out, base + d * p.out_stride[3], p.dtype, acc[r * D + d] * inv);
-        if (p.lse != nullptr) {
-          p.lse[(e.first_row + t) * p.q_heads + h] =
-              denom[r] > 0.f ? rowmax[r] + std::log(denom[r]) : neg_inf;
+    }
+    if (ep.bias_at < 0) continue;
+    const int64_t S = ep.e.kv_count;
+    for (int64_t h = 0; h < Hm; ++h) {
+      for (int64_t t = 0; t < tq; ++t) {
+        float* br = bias.data() + ep.bias_at + (h * tq + t) * S;
+        const int64_t base = b * p.mask_stride[0] + h * p.mask_stride[1] + t * p.mask_stride[2];
+        for (int64_t s = 0; s < S; ++s) {
+          const float m = load(p.mask, base + s * p.mask_stride[3], p.mask_type);
+          br[s] = p.mask_type == ScalarType::kBool ? (m != 0.f ? 0.f : neg_inf) : m;
         }
       }
     }
   }
+
+  // Groups of consecutive entries whose per-item state stays in cache; each group's keys in
+  // chunks, one work item per (group, chunk), one EntryWork per entry in it, with its own partial
+  // (m, l, acc), merged per entry below.
+  std::vector<std::pair<int64_t, int64_t>> groups;  // [first, last) indices into `active`
+  std::vector<int64_t> active, group_keys;
+  for (int64_t b = 0; b < B; ++b) {
+    if (!plan[b].refused && plan[b].rows > 0) active.push_back(b);
+  }
+  int64_t group_floats = 0;
+  for (size_t i = 0; i < active.size(); ++i) {
+    const EntryPlan& ep = plan[active[i]];
+    const int64_t need = ep.rows * (cpu_attention::kTile + Dp + 2);
+    if (groups.empty() || convert || group_floats + need > kGroupFloats) {
+      groups.push_back({static_cast<int64_t>(i), static_cast<int64_t>(i)});
+      group_keys.push_back(0);
+      group_floats = 0;
+    }
+    groups.back().second = static_cast<int64_t>(i) + 1;
+    group_keys.back() = std::max(group_keys.back(), ep.e.kv_count);
+    group_floats += need;
+  }
+  int64_t total_keys_g = 0;
+  for (int64_t n : group_keys) total_keys_g += n;
+  (void)total_keys;
+  const int64_t chunk = chunk_keys(total_keys_g, threads);
+  const int64_t elem = p.dtype == ScalarType::kFloat32 ? 4 : 2;
+  std::vector<Item> items;
+  std::vector<cpu_attention::EntryWork> works;
+  std::vector<int64_t> item_first_work, work_entry, work_part_at;
+  std::vector<std::vector<int64_t>> entry_works(static_cast<size_t>(B));
+  int64_t part_floats = 0, max_scratch = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (int64_t s0 = 0; s0 < group_keys[g]; s0 += chunk) {
+      Item it;
+      it.k_s = p.k_stride[0]; it.k_h = p.k_stride[2]; it.k_d = p.k_stride[3];
+      it.v_s = p.v_stride[0]; it.v_h = p.v_stride[2]; it.v_d = p.v_stride[3];
+      it.elem = elem_of(p.dtype);
+      it.convert = convert;
+      it.kv_heads = Hkv;
+      it.group = G;
+      it.head_dim = D;
+      it.padded_dim = Dp;
+      it.s_begin = s0;
+      it.s_end = std::min(s0 + chunk, group_keys[g]);
+      item_first_work.push_back(static_cast<int64_t>(works.size()));
+      int64_t scores = 0;
+      for (int64_t i = groups[g].first; i < groups[g].second; ++i) {
+        const int64_t b = active[i];
+        const EntryPlan& ep = plan[b];
+        if (ep.e.kv_count <= s0) continue;
+        cpu_attention::EntryWork w;
+        w.k = static_cast<const char*>(p.k) + ep.e.slot * p.k_stride[1] * elem;
+        w.v = static_cast<const char*>(p.v) + ep.e.slot * p.v_stride[1] * elem;
+        w.q_count = ep.e.q_count;
+        w.kv_count = ep.e.kv_count;
+        w.s_end = std::min(it.s_end, ep.e.kv_count);
+        w.q = qbuf.data() + ep.q_at;
+        if (ep.bias_at >= 0) {
+          w.bias = bias.data() + ep.bias_at;
+          w.bias_h = Hm == 1 ? 0 : ep.e.q_count * ep.e.kv_count;
+          w.bias_t = ep.e.kv_count;
+        }
+        w.scores_at = scores;
+        scores += ep.rows * cpu_attention::kTile;
+        entry_works[b].push_back(static_cast<int64_t>(works.size()));
+        work_entry.push_back(b);
+        work_part_at.push_back(part_floats);
+        part_floats += ep.rows * (Dp + 2);
+        works.push_back(w);
+      }
+      it.n_entries = static_cast<int64_t>(works.size()) - item_first_work.back();
+      max_scratch = std::max(max_scratch, scores + (convert ? 2 * cpu_attention::kTile * Hkv * Dp : 0));
+      items.push_back(it);
+    }
+  }
+  std::vector<float> parts(static_cast<size_t>(part_floats));
+  for (size_t i = 0; i < works.size(); ++i) {
+    const int64_t rows = plan[work_entry[i]].rows;
+    works[i].m = parts.data() + work_part_at[i];
+    works[i].l = works[i].m + rows;
+    works[i].acc = works[i].l + rows;
+  }
+  for (size_t i = 0; i < items.size(); ++i) items[i].entries = works.data() + item_first_work[i];
+  const size_t scratch = static_cast<size_t>(max_scratch);
+  run_all(static_cast<int64_t>(items.size()), [&](int64_t i) {
+    thread_local std::vector<float> tls;
+    if (tls.size() < scratch) tls.resize(scratch);
+    Item it = items[i];
+    it.scratch = tls.data();
+    isa.run(it);
+  });
+
+  // Merge the partials of each entry (log-sum-exp of the chunks), write out and lse.
+  run_all(B, [&](int64_t b) {
+    const EntryPlan& ep = plan[b];
+    const std::vector<int64_t>& mine = entry_works[b];
+    const int64_t tq = ep.e.q_count;
+    std::vector<float> o(static_cast<size_t>(Dp));
+    for (int64_t h = 0; h < Hq; ++h) {
+      for (int64_t t = 0; t < tq; ++t) {
+        const int64_t r = h * tq + t;
+        float mx = neg_inf;
+        for (int64_t w : mine) mx = std::max(mx, works[w].m[r]);
+        float sum = 0.f;
+        std::fill(o.begin(), o.end(), 0.f);
+        if (!ep.refused && mx != neg_inf) {
+          for (int64_t w : mine) {
+            const float scale = std::exp(works[w].m[r] - mx);
+            if (scale == 0.f) continue;
+            sum += scale * works[w].l[r];
+            const float* a = works[w].acc + r * Dp;
+            for (int64_t d = 0; d < D; ++d) o[d] += scale * a[d];
+          }
+        }
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const int64_t base = ep.e.out_offset + t * p.out_stride[1] + h * p.out_stride[2];
+        for (int64_t d = 0; d < D; ++d) store(p.out, base + d * p.out_stride[3], p.dtype, o[d] * inv);
+        if (p.lse != nullptr) p.lse[(ep.e.first_row + t) * Hq + h] = sum > 0.f ? mx + std::log(sum) : neg_inf;
+      }
+    }
+  });
   return Status::Ok();
 }
 

@@ -1,13 +1,23 @@
-// CUDA decode attention over a seq-major cache, read in place (flash-decoding style).
+// CUDA decode attention over a KV cache read in place (split-KV, flash-decoding style).
 //
-// A block takes one (batch, kv head), up to ROWS query rows that share that kv head (GQA group x
-// Tq, so K/V are read once for the whole group) and one slice of the keys. Inside, a "key group"
-// of L lanes holds one key: each lane loads VEC contiguous elements per chunk (16-byte loads when
-// the layout allows), so a head_dim-128 fp16 key is 16 lanes x 16 bytes and a warp reads two keys
-// per step. Each key group keeps an online softmax (max, sum, accumulator) per row in float32;
-// key groups merge by shuffles, warps through shared memory. When one (batch, kv head) block per
-// SM is too little work (batch 1, long context) the keys are split across blocks and a second
-// kernel merges the partial results from the workspace.
+// Two kernels, one plan. Every block takes one (entry b, kv head), a group of query rows that share
+// that kv head (GQA group x Tq) and one slice ("split") of the keys:
+//   * decode_attention_kernel (here): up to ROWS rows held in registers. A "key group" of LANES lanes
+//     holds one key: each lane loads VEC contiguous elements per chunk (16-byte loads when the layout
+//     allows), so a head_dim-128 fp16 key is 16 lanes x 16 bytes and a warp reads two keys per load
+//     instruction. Each lane first issues the loads of kTile keys of K and V (8 x 16 bytes in flight
+//     per lane, what keeps HBM busy), then scores them and folds them into a float32 online softmax
+//     with ONE rescale per tile. Key groups merge by shuffles, warps through shared memory. Used for
+//     one row per kv head (MHA decode), masks, and layouts without 16-byte loads.
+//   * decode_attention_rows_kernel (decode_attention_rows_cuda.cuh): several unmasked rows per kv head;
+//     K/V tiles staged in shared memory by cp.async, one row per warp.
+// With several splits a second small kernel merges the partial results from the workspace (as
+// FlashInfer's and flash-attention's split-KV decode do), launched as a programmatic dependent launch.
+//
+// The number of splits depends only on host-known sizes (kv_len as an upper bound, batch, heads,
+// the device's SM count and the kernel's occupancy), so a launch never reads the device and can be
+// captured in a CUDA graph; per-entry lengths (cache_seqlens) are read by the kernel, and the splits
+// past an entry's length exit at once. Measured against PyTorch's SDPA: docs/H200_DECODE_PARITY.md.
 #ifdef __CUDACC__
 #ifdef PADDLE_VTENSOR_WITH_CUDA
 
@@ -16,198 +26,202 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "../core/cuda_check.h"
 #include "decode_attention.h"
+#include "decode_attention_common_cuda.cuh"
+#include "decode_attention_rows_cuda.cuh"
 
 namespace pvt {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kUnroll = 2;               // keys in flight per key group
-constexpr int64_t kMinKeysPerSplit = 64;  // below this a split costs more than it saves
+using namespace decode_cuda;  // NOLINT: the kernels' shared helpers
+
+constexpr int kTile = 4;                   // keys per key group whose loads are in flight together
+constexpr int64_t kMinKeysPerSplit = 128;  // below this a split costs more than it saves
 constexpr int kMaxSplits = 128;
-constexpr int kFallbackChunks = 8;       // scalar path: 32 lanes x 8 elements = head_dim 256
-
-template <typename T> __device__ __forceinline__ float to_float(T x);
-template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-// Additive mask value: bool false -> -inf.
-__device__ __forceinline__ float mask_value(const void* mask, int64_t i, ScalarType t) {
-  switch (t) {
-    case ScalarType::kBool: return static_cast<const uint8_t*>(mask)[i] ? 0.f : -INFINITY;
-    case ScalarType::kFloat32: return static_cast<const float*>(mask)[i];
-    case ScalarType::kFloat16: return __half2float(static_cast<const __half*>(mask)[i]);
-    case ScalarType::kBFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(mask)[i]);
-  }
-  return 0.f;
-}
-
-// VEC elements at p (element stride `stride` when VEC == 1) into floats; one 16-byte load when
-// VEC * sizeof(T) == 16 (the caller guarantees alignment).
-template <typename T, int VEC>
-__device__ __forceinline__ void load_chunk(const T* p, int64_t stride, float* dst) {
-  if constexpr (VEC * sizeof(T) == 16) {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) dst[i] = to_float(e[i]);
-  } else {
-    static_assert(VEC == 1, "vector loads are 16 bytes or one element");
-    (void)stride;  // the caller already stepped p to this element
-    dst[0] = to_float(p[0]);
-  }
-}
+constexpr int kFallbackChunks = 8;         // scalar path: 32 lanes x 8 elements = head_dim 256
 
 struct Plan {
   bool vectorised = false;
   int vec = 1;           // elements per chunk
-  int lanes = 32;        // L: lanes per key (power of two)
+  int lanes = 32;        // LANES: lanes per key (power of two, 8..32)
   int chunks = 1;        // CPL: chunks per lane
   int rows = 1;          // ROWS: query rows per block
   int64_t row_groups = 1;
   int64_t splits = 1;
   int64_t keys_per_split = 0;
-  int64_t rows_total = 0;  // B * Hq * Tq
+  int64_t rows_total = 0;  // B * Hq * Tq: rows of the workspace
+  bool rows_kernel = false;  // decode_attention_rows_kernel: K/V tiles in shared memory, a row per warp
 };
 
-struct Workspace {
-  float* acc = nullptr;  // [splits, rows_total, D]
-  float* ml = nullptr;   // [splits, rows_total, 2]: running max, sum
-};
 
-// Merge (m_b, l_b, acc_b) into (m, l, acc): both are softmax partials over disjoint key sets.
-__device__ __forceinline__ void merge_scales(float m, float m_b, float* ca, float* cb, float* m_new) {
-  *m_new = fmaxf(m, m_b);
-  if (*m_new == -INFINITY) {
-    *ca = 0.f;
-    *cb = 0.f;
-  } else {
-    *ca = __expf(m - *m_new);
-    *cb = __expf(m_b - *m_new);
-  }
-}
-
-template <typename T, int VEC, int CPL, int ROWS>
+template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
 __global__ void __launch_bounds__(kThreads)
-    decode_attention_kernel(const DecodeAttentionParams p, const int lanes, const int64_t keys_per_split,
-                            const int64_t splits, Workspace ws) {
+    decode_attention_kernel(const DecodeAttentionParams p, const int64_t keys_per_split, const int64_t splits,
+                            Workspace ws) {
   constexpr int E = VEC * CPL;  // elements of one row a lane holds
-  const int64_t D = p.head_dim, S = p.kv_len, Tq = p.q_len;
+  constexpr int kKeysPerWarp = 32 / LANES;
+  constexpr int kGroups = kWarps * kKeysPerWarp;  // key groups in the block
+  const int64_t D = p.head_dim, Tq = p.q_len;
   const int64_t G = p.q_heads / p.kv_heads, R = G * Tq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int keys_per_warp = 32 / lanes;
-  const int lk = lane % lanes;                                  // lane within the key group
-  const int kg = warp * keys_per_warp + lane / lanes;           // key group in the block
-  const int n_kg = kWarps * keys_per_warp;
+  const int lk = lane % LANES;                        // lane within the key group
+  const int kg = warp * kKeysPerWarp + lane / LANES;  // key group in the block
   const int64_t b = blockIdx.x / p.kv_heads, hk = blockIdx.x % p.kv_heads;
   const int64_t split = blockIdx.y;
   const int64_t row0 = static_cast<int64_t>(blockIdx.z) * ROWS;
   const int nrows = static_cast<int>(R - row0 < ROWS ? R - row0 : ROWS);
+
+  const Entry e = entry_of(p, b);
+  if (e.refused && p.error_flag != nullptr && split == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
+    *p.error_flag = 1;
+  }
   const int64_t s_lo = split * keys_per_split;
-  const int64_t s_hi = s_lo + keys_per_split < S ? s_lo + keys_per_split : S;
+  const int64_t s_hi = s_lo + keys_per_split < e.n ? s_lo + keys_per_split : e.n;
 
   const T* q = static_cast<const T*>(p.q);
   const T* k = static_cast<const T*>(p.k);
   const T* v = static_cast<const T*>(p.v);
-  const int64_t kbase = b * p.k_stride[1] + hk * p.k_stride[2];
-  const int64_t vbase = b * p.v_stride[1] + hk * p.v_stride[2];
+  const int64_t kbase = e.kv_row * p.k_stride[1] + hk * p.k_stride[2];
+  const int64_t vbase = e.kv_row * p.v_stride[1] + hk * p.v_stride[2];
 
   float qf[ROWS][E], acc[ROWS][E], m[ROWS], l[ROWS];
-  int64_t mask_off[ROWS], causal_end[ROWS];
+  int64_t mask_off[ROWS], visible_end[ROWS];
+  // Per-lane element offsets of its chunks within a key row.
+  int64_t kd[CPL], vd[CPL];
+#pragma unroll
+  for (int j = 0; j < CPL; ++j) {
+    const int64_t d = static_cast<int64_t>(j * LANES + lk) * VEC;
+    kd[j] = d < D ? kbase + d * p.k_stride[3] : -1;
+    vd[j] = vbase + d * p.v_stride[3];
+  }
+  const int64_t ks0 = p.k_stride[0], vs0 = p.v_stride[0];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     m[r] = -INFINITY;
     l[r] = 0.f;
     const int64_t row = row0 + r, h = hk * G + row / Tq, t = row % Tq;
-    mask_off[r] = b * p.mask_stride[0] + h * p.mask_stride[1] + t * p.mask_stride[2];
-    causal_end[r] = S - Tq + t + 1;
+    const bool live = r < nrows && t < e.q_count;
+    if constexpr (MASKED) mask_off[r] = b * p.mask_stride[0] + h * p.mask_stride[1] + t * p.mask_stride[2];
+    // Causal, and clipped to this split's end; a row past the entry's queries sees nothing.
+    visible_end[r] = live ? (e.past + t + 1 < s_hi ? e.past + t + 1 : s_hi) : 0;
+    const int64_t qoff = p.cu_seqlens_q ? (e.q_begin + t) * p.q_stride[1]
+                                        : b * p.q_stride[0] + t * p.q_stride[1];
 #pragma unroll
     for (int j = 0; j < CPL; ++j) {
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const int64_t d = static_cast<int64_t>(j * lanes + lk) * VEC + e;
-        acc[r][j * VEC + e] = 0.f;
-        qf[r][j * VEC + e] = r < nrows && d < D
-                                 ? to_float(q[b * p.q_stride[0] + t * p.q_stride[1] + h * p.q_stride[2] +
-                                              d * p.q_stride[3]]) * p.scale
-                                 : 0.f;
+      for (int x = 0; x < VEC; ++x) {
+        const int64_t d = static_cast<int64_t>(j * LANES + lk) * VEC + x;
+        acc[r][j * VEC + x] = 0.f;
+        qf[r][j * VEC + x] =
+            live && d < D ? to_float(q[qoff + h * p.q_stride[2] + d * p.q_stride[3]]) * p.scale : 0.f;
       }
     }
   }
 
   // The loop bound is the warp's first key, the same for all its lanes: every lane of a warp must
   // reach each shuffle below, also the key groups whose key lies past the end (they score -inf).
-  const int64_t step = static_cast<int64_t>(n_kg) * kUnroll;
-  for (int64_t warp_s = s_lo + warp * keys_per_warp; warp_s < s_hi; warp_s += step) {
-    const int64_t s0 = warp_s + (kg - warp * keys_per_warp);
-    float kf[kUnroll][E], vf[kUnroll][E];
+  const int64_t step = static_cast<int64_t>(kGroups) * kTile;
+  for (int64_t warp_s = s_lo + warp * kKeysPerWarp; warp_s < s_hi; warp_s += step) {
+    const int64_t s0 = warp_s + (kg - warp * kKeysPerWarp);
+    Raw<T, VEC> kr[kTile][CPL], vr[kTile][CPL];
+    // All loads of the tile first: 2 * kTile * CPL independent loads in flight per lane.
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t s = s0 + static_cast<int64_t>(u) * n_kg;
+    for (int u = 0; u < kTile; ++u) {
+      const int64_t s = s0 + static_cast<int64_t>(u) * kGroups;
 #pragma unroll
       for (int j = 0; j < CPL; ++j) {
-        const int64_t d = static_cast<int64_t>(j * lanes + lk) * VEC;
-        if (s < s_hi && d < D) {
-          load_chunk<T, VEC>(k + kbase + s * p.k_stride[0] + d * p.k_stride[3], p.k_stride[3], &kf[u][j * VEC]);
-          load_chunk<T, VEC>(v + vbase + s * p.v_stride[0] + d * p.v_stride[3], p.v_stride[3], &vf[u][j * VEC]);
+        if (s < s_hi && kd[j] >= 0) {
+          kr[u][j] = load_raw<T, VEC>(k + kd[j] + s * ks0);
+          vr[u][j] = load_raw<T, VEC>(v + vd[j] + s * vs0);
         } else {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) kf[u][j * VEC + e] = vf[u][j * VEC + e] = 0.f;
+          kr[u][j] = Raw<T, VEC>{};
+          vr[u][j] = Raw<T, VEC>{};
         }
       }
     }
+    // Scores of the tile, each reduced over the key group's lanes (all lanes end with the sum).
+    float x[kTile][ROWS];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t s = s0 + static_cast<int64_t>(u) * n_kg;
+    for (int u = 0; u < kTile; ++u) {
+      float kf[E];
+#pragma unroll
+      for (int j = 0; j < CPL; ++j) unpack<T, VEC>(kr[u][j], &kf[j * VEC]);
+      const int64_t s = s0 + static_cast<int64_t>(u) * kGroups;
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
-        if (r >= nrows) break;  // uniform across the block: shuffles stay converged
-        float x = 0.f;
+        float dot = 0.f;
 #pragma unroll
-        for (int e = 0; e < E; ++e) x += qf[r][e] * kf[u][e];
-        for (int off = lanes / 2; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
-        if (s >= s_hi) continue;
-        if (p.mask != nullptr) {
-          x += mask_value(p.mask, mask_off[r] + s * p.mask_stride[3], p.mask_type);
-        } else if (s >= causal_end[r]) {
-          continue;
+        for (int i = 0; i < E; ++i) dot += qf[r][i] * kf[i];
+#pragma unroll
+        for (int off = LANES / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if constexpr (MASKED) {
+          if (s >= s_hi) {
+            dot = -INFINITY;
+          } else if (r < nrows) {
+            dot += mask_value(p.mask, mask_off[r] + s * p.mask_stride[3], p.mask_type);
+          }
+        } else if (s >= visible_end[r]) {  // clipped to this split's end at the start
+          dot = -INFINITY;
         }
-        if (x == -INFINITY) continue;
-        const float m_new = fmaxf(m[r], x);
-        const float corr = __expf(m[r] - m_new);
-        const float w = __expf(x - m_new);
-        l[r] = l[r] * corr + w;
+        x[u][r] = dot;
+      }
+    }
+    // One online-softmax step per row for the whole tile.
 #pragma unroll
-        for (int e = 0; e < E; ++e) acc[r][e] = acc[r][e] * corr + w * vf[u][e];
-        m[r] = m_new;
+    for (int r = 0; r < ROWS; ++r) {
+      float mx = m[r];
+#pragma unroll
+      for (int u = 0; u < kTile; ++u) mx = fmaxf(mx, x[u][r]);
+      if (mx == -INFINITY) continue;  // nothing visible yet
+      const float corr = __expf(m[r] - mx);  // 0 when m was -inf
+      l[r] *= corr;
+#pragma unroll
+      for (int i = 0; i < E; ++i) acc[r][i] *= corr;
+      m[r] = mx;
+#pragma unroll
+      for (int u = 0; u < kTile; ++u) x[u][r] = __expf(x[u][r] - mx);  // weight; exp(-inf) = 0
+    }
+#pragma unroll
+    for (int u = 0; u < kTile; ++u) {
+      float vf[E];
+#pragma unroll
+      for (int j = 0; j < CPL; ++j) unpack<T, VEC>(vr[u][j], &vf[j * VEC]);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        if (m[r] == -INFINITY) continue;
+        const float w = x[u][r];
+        l[r] += w;
+#pragma unroll
+        for (int i = 0; i < E; ++i) acc[r][i] += w * vf[i];
       }
     }
   }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // K/V are read: let the merge kernel (launched with programmatic stream serialization) start its
+  // launch now; it waits for this grid's results in griddepcontrol.wait.
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
   // Merge the key groups of each warp (lanes with the same lk), then the warps.
-  for (int off = lanes; off < 32; off *= 2) {
+#pragma unroll
+  for (int off = LANES; off < 32; off *= 2) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-      if (r >= nrows) break;
       const float m_b = __shfl_xor_sync(0xffffffffu, m[r], off);
       const float l_b = __shfl_xor_sync(0xffffffffu, l[r], off);
       float ca, cb, m_new;
       merge_scales(m[r], m_b, &ca, &cb, &m_new);
 #pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const float a_b = __shfl_xor_sync(0xffffffffu, acc[r][e], off);
-        acc[r][e] = acc[r][e] * ca + a_b * cb;
+      for (int i = 0; i < E; ++i) {
+        const float a_b = __shfl_xor_sync(0xffffffffu, acc[r][i], off);
+        acc[r][i] = acc[r][i] * ca + a_b * cb;
       }
       l[r] = l[r] * ca + l_b * cb;
       m[r] = m_new;
@@ -216,10 +230,9 @@ __global__ void __launch_bounds__(kThreads)
 
   __shared__ float sm_m[kWarps][ROWS], sm_l[kWarps][ROWS];
   __shared__ float sm_acc[kWarps][ROWS][kCudaMaxHeadDim];
-  if (lane < lanes) {
+  if (lane < LANES) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-      if (r >= nrows) break;
       if (lane == 0) {
         sm_m[warp][r] = m[r];
         sm_l[warp][r] = l[r];
@@ -227,19 +240,20 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < CPL; ++j) {
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const int64_t d = static_cast<int64_t>(j * lanes + lk) * VEC + e;
-          if (d < D) sm_acc[warp][r][d] = acc[r][j * VEC + e];
+        for (int i = 0; i < VEC; ++i) {
+          const int64_t d = static_cast<int64_t>(j * LANES + lk) * VEC + i;
+          if (d < D) sm_acc[warp][r][d] = acc[r][j * VEC + i];
         }
       }
     }
   }
   __syncthreads();
 
-  T* out = static_cast<T*>(p.out);
   for (int64_t i = threadIdx.x; i < nrows * D; i += kThreads) {
     const int r = static_cast<int>(i / D);
     const int64_t d = i % D;
+    const int64_t row = row0 + r, h = hk * G + row / Tq, t = row % Tq;
+    if (t >= e.q_count) continue;  // no such query in this entry: nothing to write
     float mx = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w][r]);
@@ -252,42 +266,46 @@ __global__ void __launch_bounds__(kThreads)
         a += sm_acc[w][r][d] * c;
       }
     }
-    const int64_t row = row0 + r, h = hk * G + row / Tq, t = row % Tq;
     if (splits == 1) {
-      out[b * p.out_stride[0] + t * p.out_stride[1] + h * p.out_stride[2] + d * p.out_stride[3]] =
-          from_float<T>(sum > 0.f ? a / sum : 0.f);
+      write_row<T>(p, e, b, t, h, d, mx, sum, a);
     } else {
       const int64_t g = (b * p.q_heads + h) * Tq + t;  // row in [B, Hq, Tq]
       const int64_t rows_total = p.batch * p.q_heads * Tq;
-      ws.acc[(split * rows_total + g) * D + d] = a;
       if (d == 0) {
         ws.ml[(split * rows_total + g) * 2] = mx;
         ws.ml[(split * rows_total + g) * 2 + 1] = sum;
       }
+      if (mx != -INFINITY) ws.acc[(split * rows_total + g) * D + d] = a;  // the merge skips m = -inf
     }
   }
 }
 
-// One block per (b, h, t) row: merges the splits' partial softmax results.
+// One block per (b, h, t) row: merges the splits' partial softmax results. Splits that saw no key
+// (m = -inf, e.g. past a shorter entry's length) are skipped without reading their accumulator.
 template <typename T>
 __global__ void merge_splits_kernel(const DecodeAttentionParams p, const int64_t splits, Workspace ws) {
   const int64_t g = blockIdx.x, D = p.head_dim, Tq = p.q_len;
   const int64_t rows_total = p.batch * p.q_heads * Tq;
   const int64_t t = g % Tq, h = (g / Tq) % p.q_heads, b = g / (Tq * p.q_heads);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the main kernel's partials are complete
+#endif
+  const Entry e = entry_of(p, b);
+  if (t >= e.q_count) return;
   float mx = -INFINITY;
   for (int64_t j = 0; j < splits; ++j) mx = fmaxf(mx, ws.ml[(j * rows_total + g) * 2]);
-  T* out = static_cast<T*>(p.out);
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float sum = 0.f, a = 0.f;
     if (mx != -INFINITY) {
       for (int64_t j = 0; j < splits; ++j) {
-        const float c = __expf(ws.ml[(j * rows_total + g) * 2] - mx);
+        const float mj = ws.ml[(j * rows_total + g) * 2];
+        if (mj == -INFINITY) continue;
+        const float c = __expf(mj - mx);
         sum += ws.ml[(j * rows_total + g) * 2 + 1] * c;
         a += ws.acc[(j * rows_total + g) * D + d] * c;
       }
     }
-    out[b * p.out_stride[0] + t * p.out_stride[1] + h * p.out_stride[2] + d * p.out_stride[3]] =
-        from_float<T>(sum > 0.f ? a / sum : 0.f);
+    write_row<T>(p, e, b, t, h, d, mx, sum, a);
   }
 }
 
@@ -311,6 +329,40 @@ int sm_count() {
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
+// Tuning knob for benchmarks of the split heuristic: PVT_DECODE_SPLITS=n forces n splits (clamped
+// to the valid range). Unset in normal use.
+int64_t forced_splits() {
+  const char* s = std::getenv("PVT_DECODE_SPLITS");  // read per call: a sweep sets it between calls
+  return s ? std::atoll(s) : 0;
+}
+
+// Splits of the keys: as many as make ONE full wave of resident blocks (SMs x blocks per SM at the
+// kernel's occupancy), never a split of fewer than kMinKeysPerSplit keys. A sweep of forced split
+// counts on the H200 (docs/H200_DECODE_PARITY.md) found the time flat or rising past one wave (more
+// partials to write and merge, blocks queued behind others) and rising steeply below it (SMs idle).
+// Host-known sizes only: capturable in a CUDA graph.
+int64_t choose_splits(int64_t base_blocks, int64_t kv_len, int64_t slots) {
+  const int64_t max_splits =
+      std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, (kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit));
+  if (forced_splits() > 0) return std::min(forced_splits(), max_splits);
+  return std::max<int64_t>(1, std::min<int64_t>(max_splits, slots / std::max<int64_t>(1, base_blocks)));
+}
+
+template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
+int resident_blocks() {
+  static const int n = [] {
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_attention_kernel<T, VEC, CPL, ROWS, LANES, MASKED>,
+                                                      kThreads, 0) != cudaSuccess ||
+        blocks <= 0) {
+      cudaGetLastError();
+      return 4;
+    }
+    return blocks;
+  }();
+  return n;
+}
+
 Plan make_plan(const DecodeAttentionParams& p) {
   Plan plan;
   const int64_t eb = elem_bytes(p.dtype), D = p.head_dim;
@@ -319,15 +371,15 @@ Plan make_plan(const DecodeAttentionParams& p) {
                     aligned16(p.v) && p.k_stride[0] % vec == 0 && p.k_stride[1] % vec == 0 &&
                     p.k_stride[2] % vec == 0 && p.v_stride[0] % vec == 0 && p.v_stride[1] % vec == 0 &&
                     p.v_stride[2] % vec == 0;
+  const int64_t R = p.q_heads / p.kv_heads * p.q_len;
   if (plan.vectorised) {
     plan.vec = static_cast<int>(vec);
     const int64_t n_chunks = D / vec;
-    plan.lanes = next_pow2(std::min<int64_t>(n_chunks, 32));
+    plan.lanes = std::max(8, next_pow2(std::min<int64_t>(n_chunks, 32)));
     plan.chunks = static_cast<int>((n_chunks + plan.lanes - 1) / plan.lanes);
     // Rows per block: more rows share each K/V load but cost registers (q and the accumulator
     // live in registers): at most 4, at most 2 when a lane holds two chunks (fp32, head_dim > 128).
-    const int64_t R = p.q_heads / p.kv_heads * p.q_len;
-    const int max_rows = plan.chunks == 1 ? 4 : 2;
+    const int max_rows = p.mask != nullptr ? 1 : plan.chunks == 1 ? 4 : 2;
     plan.rows = std::min<int>(max_rows, R <= 1 ? 1 : R <= 2 ? 2 : 4);
   } else {
     plan.vec = 1;
@@ -335,17 +387,134 @@ Plan make_plan(const DecodeAttentionParams& p) {
     plan.chunks = kFallbackChunks;
     plan.rows = 1;
   }
-  const int64_t R = p.q_heads / p.kv_heads * p.q_len;
+  // Several rows per kv head (GQA, Tq > 1), unmasked, a key of 8/16/32 chunks of 16 bytes: the
+  // shared-memory kernel (decode_attention_rows_cuda.cuh), one row per warp.
+  const int64_t key_chunks = D * eb / 16;
+  if (plan.vectorised && p.mask == nullptr && R >= 2 && D * eb % 16 == 0 &&
+      (key_chunks == 8 || key_chunks == 16 || key_chunks == 32)) {
+    plan.rows_kernel = true;
+    plan.lanes = static_cast<int>(key_chunks);
+    plan.chunks = 1;
+    plan.rows = kWarps;
+  }
   plan.row_groups = (R + plan.rows - 1) / plan.rows;
   plan.rows_total = p.batch * p.q_heads * p.q_len;
-  // Enough blocks for about four per SM; never a split of fewer than kMinKeysPerSplit keys.
-  const int64_t base = p.batch * p.kv_heads * plan.row_groups;
-  const int64_t want = (4 * static_cast<int64_t>(sm_count()) + base - 1) / base;
-  const int64_t by_len = (p.kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
-  int64_t splits = std::max<int64_t>(1, std::min<int64_t>({want, by_len, kMaxSplits}));
-  plan.keys_per_split = (p.kv_len + splits - 1) / splits;
-  plan.splits = (p.kv_len + plan.keys_per_split - 1) / plan.keys_per_split;  // no empty split
   return plan;
+}
+
+void plan_splits(const DecodeAttentionParams& p, Plan* plan, int resident) {
+  const int64_t base = p.batch * p.kv_heads * plan->row_groups;
+  const int64_t splits = choose_splits(base, p.kv_len, static_cast<int64_t>(sm_count()) * resident);
+  plan->keys_per_split = (p.kv_len + splits - 1) / splits;
+  plan->splits = (p.kv_len + plan->keys_per_split - 1) / plan->keys_per_split;  // no empty split
+}
+
+template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
+Status launch_main(const DecodeAttentionParams& p, const Plan& plan, Workspace ws, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan.splits),
+                  static_cast<unsigned>(plan.row_groups));
+  decode_attention_kernel<T, VEC, CPL, ROWS, LANES, MASKED>
+      <<<grid, kThreads, 0, stream>>>(p, plan.keys_per_split, plan.splits, ws);
+  PVT_CU_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+// The one place that maps a plan to a kernel instance. With launch == false it only completes the
+// plan (splits from that instance's occupancy); with launch == true it also queues the kernel.
+template <typename T>
+Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaStream_t stream, bool launch) {
+  constexpr int kVec = static_cast<int>(16 / sizeof(T));
+  auto go = [&](auto vec_c, auto cpl_c, auto rows_c, auto lanes_c) -> Status {
+    constexpr int V = decltype(vec_c)::value, C = decltype(cpl_c)::value;
+    constexpr int Rw = decltype(rows_c)::value, L = decltype(lanes_c)::value;
+    if (p.mask != nullptr) {  // masked: one row per block (plan.rows is 1), the mask read per key
+      if constexpr (Rw == 1) {
+        if (!launch) {
+          plan_splits(p, plan, resident_blocks<T, V, C, 1, L, true>());
+          return Status::Ok();
+        }
+        return launch_main<T, V, C, 1, L, true>(p, *plan, ws, stream);
+      }
+      return Status(Code::kUnsupported, "decode_attention_cuda: a masked plan must have one row per block");
+    }
+    if (!launch) {
+      plan_splits(p, plan, resident_blocks<T, V, C, Rw, L, false>());
+      return Status::Ok();
+    }
+    return launch_main<T, V, C, Rw, L, false>(p, *plan, ws, stream);
+  };
+  using I1 = std::integral_constant<int, 1>;
+  using I2 = std::integral_constant<int, 2>;
+  using I4 = std::integral_constant<int, 4>;
+  using I8 = std::integral_constant<int, 8>;
+  using I16 = std::integral_constant<int, 16>;
+  using I32 = std::integral_constant<int, 32>;
+  using IV = std::integral_constant<int, kVec>;
+  using IF = std::integral_constant<int, kFallbackChunks>;
+  if (plan->rows_kernel) {
+    auto rows = [&](auto lanes_c) -> Status {
+      constexpr int L = decltype(lanes_c)::value;
+      if (!launch) {
+        static const int resident = [] {
+          int blocks = 0;
+          if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_attention_rows_kernel<T, L>, kThreads, 0) !=
+                  cudaSuccess ||
+              blocks <= 0) {
+            cudaGetLastError();
+            return 4;
+          }
+          return blocks;
+        }();
+        plan_splits(p, plan, resident);
+        return Status::Ok();
+      }
+      const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan->splits),
+                      static_cast<unsigned>(plan->row_groups));
+      decode_attention_rows_kernel<T, L><<<grid, kThreads, 0, stream>>>(p, plan->keys_per_split, plan->splits, ws);
+      PVT_CU_CHECK(cudaGetLastError());
+      return Status::Ok();
+    };
+    switch (plan->lanes) {
+      case 8: return rows(I8{});
+      case 16: return rows(I16{});
+      default: return rows(I32{});
+    }
+  }
+  if (!plan->vectorised) return go(I1{}, IF{}, I1{}, I32{});
+  auto by_lanes = [&](auto cpl_c, auto rows_c) -> Status {
+    switch (plan->lanes) {
+      case 8: return go(IV{}, cpl_c, rows_c, I8{});
+      case 16: return go(IV{}, cpl_c, rows_c, I16{});
+      default: return go(IV{}, cpl_c, rows_c, I32{});
+    }
+  };
+  if (plan->chunks == 1) {
+    switch (plan->rows) {
+      case 1: return by_lanes(I1{}, I1{});
+      case 2: return by_lanes(I1{}, I2{});
+      default: return by_lanes(I1{}, I4{});
+    }
+  }
+  if constexpr (sizeof(T) == 4) {  // only fp32 with head_dim > 128 needs two chunks per lane
+    if (plan->chunks == 2) {
+      if (plan->rows == 1) return go(IV{}, I2{}, I1{}, I32{});
+      return go(IV{}, I2{}, I2{}, I32{});
+    }
+  }
+  return Status(Code::kInvalidArgument, "decode_attention_cuda: no kernel for " + std::to_string(plan->chunks) +
+                                            " chunks per lane");
+}
+
+Status full_plan(const DecodeAttentionParams& p, Plan* plan) {
+  *plan = make_plan(p);
+  switch (p.dtype) {
+    case ScalarType::kFloat32: return dispatch<float>(p, plan, Workspace{}, nullptr, false);
+    case ScalarType::kFloat16: return dispatch<__half>(p, plan, Workspace{}, nullptr, false);
+    case ScalarType::kBFloat16: return dispatch<__nv_bfloat16>(p, plan, Workspace{}, nullptr, false);
+    default:
+      return Status(Code::kInvalidArgument,
+                    std::string("decode_attention_cuda: unsupported dtype ") + scalar_type_name(p.dtype));
+  }
 }
 
 size_t workspace_bytes(const DecodeAttentionParams& p, const Plan& plan) {
@@ -353,52 +522,47 @@ size_t workspace_bytes(const DecodeAttentionParams& p, const Plan& plan) {
   return static_cast<size_t>(plan.splits * plan.rows_total * (p.head_dim + 2)) * sizeof(float);
 }
 
-template <typename T, int VEC, int CPL, int ROWS>
-Status launch_main(const DecodeAttentionParams& p, const Plan& plan, Workspace ws, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan.splits),
-                  static_cast<unsigned>(plan.row_groups));
-  decode_attention_kernel<T, VEC, CPL, ROWS>
-      <<<grid, kThreads, 0, stream>>>(p, plan.lanes, plan.keys_per_split, plan.splits, ws);
-  PVT_CU_CHECK(cudaGetLastError());
-  return Status::Ok();
-}
-
-template <typename T, int VEC, int CPL, int MAX_ROWS>
-Status launch_rows(const DecodeAttentionParams& p, const Plan& plan, Workspace ws, cudaStream_t stream) {
-  switch (plan.rows) {
-    case 1: return launch_main<T, VEC, CPL, 1>(p, plan, ws, stream);
-    case 2: return launch_main<T, VEC, CPL, 2>(p, plan, ws, stream);
-    case 4:
-      if constexpr (MAX_ROWS >= 4) return launch_main<T, VEC, CPL, 4>(p, plan, ws, stream);
-      break;
-    default: break;
-  }
-  return Status(Code::kInvalidArgument, "decode_attention_cuda: no kernel for " + std::to_string(plan.rows) +
-                                            " rows per block and " + std::to_string(CPL) + " chunks per lane");
-}
-
 template <typename T>
-Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream_t stream) {
+Status launch_typed(const DecodeAttentionParams& p, Plan plan, cudaStream_t stream) {
   Workspace ws;
   if (plan.splits > 1) {
     ws.acc = static_cast<float*>(p.workspace);
     ws.ml = ws.acc + plan.splits * plan.rows_total * p.head_dim;
   }
-  constexpr int kVec = static_cast<int>(16 / sizeof(T));
-  Status st = Status(Code::kInvalidArgument,
-                     "decode_attention_cuda: no kernel for " + std::to_string(plan.chunks) + " chunks per lane");
-  if (!plan.vectorised) {
-    st = launch_main<T, 1, kFallbackChunks, 1>(p, plan, ws, stream);
-  } else if (plan.chunks == 1) {
-    st = launch_rows<T, kVec, 1, 4>(p, plan, ws, stream);
-  } else if constexpr (sizeof(T) == 4) {  // only fp32 with head_dim > 128 needs two chunks per lane
-    if (plan.chunks == 2) st = launch_rows<T, kVec, 2, 2>(p, plan, ws, stream);
-  }
-  PVT_RETURN_IF_ERROR(st);
+  PVT_RETURN_IF_ERROR(dispatch<T>(p, &plan, ws, stream, true));
   if (plan.splits > 1) {
-    const int threads = static_cast<int>(std::min<int64_t>(256, (p.head_dim + 31) / 32 * 32));
-    merge_splits_kernel<T><<<static_cast<unsigned>(plan.rows_total), threads, 0, stream>>>(p, plan.splits, ws);
-    PVT_CU_CHECK(cudaGetLastError());
+    // Programmatic dependent launch (Hopper): the merge's launch overlaps the main kernel's tail
+    // instead of following its end; older GPUs ignore the attribute and serialise as usual.
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(plan.rows_total));
+    cfg.blockDim = dim3(static_cast<unsigned>(std::min<int64_t>(256, (p.head_dim + 31) / 32 * 32)));
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    PVT_CU_CHECK(cudaLaunchKernelEx(&cfg, merge_splits_kernel<T>, p, plan.splits, ws));
+  }
+  return Status::Ok();
+}
+
+Status check_cuda_params(const DecodeAttentionParams& p) {
+  PVT_RETURN_IF_ERROR(check_decode_attention_params(p));
+  const bool varlen = p.cu_seqlens_q || p.kv_batch_index || p.cache_seqlens || p.kv_mapped;
+  if (varlen && p.mask != nullptr) {
+    return Status(Code::kInvalidArgument,
+                  "decode_attention_cuda: a mask cannot be combined with cu_seqlens_q, kv_batch_index, "
+                  "cache_seqlens or kv_mapped");
+  }
+  if (p.head_dim > kCudaMaxHeadDim) {
+    return Status(Code::kUnsupported, "decode_attention_cuda: head_dim " + std::to_string(p.head_dim) +
+                                          " is larger than the supported " + std::to_string(kCudaMaxHeadDim));
+  }
+  const int64_t rows = p.q_heads / p.kv_heads * p.q_len;  // row groups: at most this many
+  if (p.batch * p.kv_heads > INT32_MAX || rows > 65535 || p.batch * p.q_heads * p.q_len > INT32_MAX) {
+    return Status(Code::kUnsupported, "decode_attention_cuda: batch * kv_heads, the query rows per kv head or "
+                                      "batch * q_heads * q_len exceed the grid limits");
   }
   return Status::Ok();
 }
@@ -406,34 +570,21 @@ Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream
 }  // namespace
 
 size_t decode_attention_cuda_workspace_bytes(const DecodeAttentionParams& p) {
-  if (!check_decode_attention_params(p).ok()) return 0;
-  return workspace_bytes(p, make_plan(p));
+  Plan plan;
+  if (!check_cuda_params(p).ok() || !full_plan(p, &plan).ok()) return 0;
+  return workspace_bytes(p, plan);
 }
 
 Status decode_attention_cuda(const DecodeAttentionParams& p, void* stream) {
-  PVT_RETURN_IF_ERROR(check_decode_attention_params(p));
-  // Interim: the variable-length and lse fields are declared (decode_attention.h) but not yet
-  // implemented by this kernel; refuse them rather than ignore them.
-  if (p.cu_seqlens_q || p.kv_batch_index || p.cache_seqlens || p.kv_mapped || p.lse) {
-    return Status(Code::kUnsupported, "decode_attention_cuda: variable lengths and lse are not implemented yet");
-  }
-  if (p.head_dim > kCudaMaxHeadDim) {
-    return Status(Code::kUnsupported, "decode_attention_cuda: head_dim " + std::to_string(p.head_dim) +
-                                          " is larger than the supported " + std::to_string(kCudaMaxHeadDim));
-  }
-  const int64_t rows = p.q_heads / p.kv_heads * p.q_len;  // row groups: at most this many
-  if (p.batch * p.kv_heads > INT32_MAX || rows > 65535) {
-    return Status(Code::kUnsupported, "decode_attention_cuda: batch * kv_heads or the query rows per kv head "
-                                      "exceed the grid limits");
-  }
-  const Plan plan = make_plan(p);
+  PVT_RETURN_IF_ERROR(check_cuda_params(p));
+  Plan plan;
+  PVT_RETURN_IF_ERROR(full_plan(p, &plan));
   const size_t need = workspace_bytes(p, plan);
   if (p.workspace_bytes < need || (need > 0 && p.workspace == nullptr)) {
     return Status(Code::kInvalidArgument, "decode_attention_cuda: needs a workspace of " + std::to_string(need) +
                                               " bytes, got " + std::to_string(p.workspace_bytes));
   }
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  // The one dtype dispatch.
   switch (p.dtype) {
     case ScalarType::kFloat32: return launch_typed<float>(p, plan, s);
     case ScalarType::kFloat16: return launch_typed<__half>(p, plan, s);

@@ -1,25 +1,51 @@
 #include "append_common.h"
 
 #include <algorithm>
-#include <string>
+#include <cstdint>
+#include <limits>
 
 namespace pvt {
-namespace {
 
-std::string shape_str(const phi::DDim& d) {
+std::string dims_str(const phi::DDim& d) {
   std::string s = "[";
   for (int i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + "]";
 }
 
+void check_defined(const paddle::Tensor& t, const char* op, const char* what) {
+  PD_CHECK(t.defined(), op, ": ", what, " must be a tensor, got None");
+}
+
+CacheConfig cache_config(const CacheShape& shape, int64_t max_seq_len, int64_t chunk_bytes,
+                         int64_t need_tokens, const char* op) {
+  PD_CHECK(max_seq_len >= 0, op, ": max_seq_len must be positive (0: the default, ", kDefaultMaxSeqLen,
+           "), got ", max_seq_len);
+  PD_CHECK(chunk_bytes >= 0, op, ": chunk_bytes must be positive (0: the default, ", kDefaultChunkBytes,
+           "), got ", chunk_bytes);
+  CacheConfig config;
+  config.capacity_tokens = std::max(max_seq_len > 0 ? max_seq_len : kDefaultMaxSeqLen, need_tokens);
+  config.chunk_bytes = static_cast<size_t>(chunk_bytes);  // 0: the core's default
+  const int64_t token_bytes = shape.token_bytes();
+  // The core sizes the reservation as capacity * token_bytes; past int64 that product wraps into a
+  // small reservation that would look valid.
+  PD_CHECK(token_bytes <= 0 || config.capacity_tokens <= std::numeric_limits<int64_t>::max() / token_bytes,
+           op, ": a reservation of ", config.capacity_tokens, " tokens of ", token_bytes,
+           " bytes does not fit in 64 bits; lower max_seq_len");
+  return config;
+}
+
+namespace {
+
 void check_inputs(const paddle::Tensor& cache, const paddle::Tensor& tokens, int64_t expect_tokens,
                   const char* op) {
+  check_defined(cache, op, "the cache");
+  check_defined(tokens, op, "tokens");
   const auto& c = cache.dims();
   const auto& t = tokens.dims();
   PD_CHECK(c.size() == 4, op, ": cache must have rank 4 (logical [batch, seq, heads, head_dim]), got rank ",
            c.size());
   PD_CHECK(t.size() == 4, op, ": tokens must have rank 4 [batch, tokens, heads, head_dim], got shape ",
-           shape_str(t));
+           dims_str(t));
   PD_CHECK(cache.dtype() == tokens.dtype(), op, ": tokens have dtype ",
            phi::DataTypeToString(tokens.dtype()), " but the cache has dtype ",
            phi::DataTypeToString(cache.dtype()));
@@ -28,13 +54,13 @@ void check_inputs(const paddle::Tensor& cache, const paddle::Tensor& tokens, int
            " but the cache is on ", cache.place().DebugString());
   // The storage view is [S, B, H, D]; messages speak of the logical [B, S, H, D].
   PD_CHECK(t[0] == c[1] && t[2] == c[2] && t[3] == c[3], op,
-           ": tokens [batch, tokens, heads, head_dim] = ", shape_str(t),
+           ": tokens [batch, tokens, heads, head_dim] = ", dims_str(t),
            " do not match the cache [batch, seq, heads, head_dim] = [", c[1], ", ", c[0], ", ", c[2],
            ", ", c[3], "] in batch, heads or head_dim");
-  PD_CHECK(t[1] >= 1, op, ": tokens must hold at least one token, got shape ", shape_str(t));
+  PD_CHECK(t[1] >= 1, op, ": tokens must hold at least one token, got shape ", dims_str(t));
   if (expect_tokens > 0) {
     PD_CHECK(t[1] == expect_tokens, op, ": expects exactly ", expect_tokens,
-             " token(s) per call ([batch, 1, heads, head_dim]), got shape ", shape_str(t));
+             " token(s) per call ([batch, 1, heads, head_dim]), got shape ", dims_str(t));
   }
 }
 
@@ -62,6 +88,8 @@ paddle::Tensor append_to_cache(const paddle::Tensor& cache, const paddle::Tensor
   const auto& c = cache.dims();
   const int64_t S = c[0], B = c[1], H = c[2], D = c[3], T = tokens.dims()[1];
   const CacheShape shape{B, H, D, kv_elem_bytes(cache.dtype(), op, "the cache")};
+  // Attributes are checked on every call, also when an in-place append does not use them.
+  CacheConfig config = cache_config(shape, max_seq_len, chunk_bytes, S + T, op);
   const phi::Place place = cache.place();
   void* stream = stream_of(tokens);
   // tokens arrive contiguous [B, T, H, D] (Paddle makes custom-op inputs contiguous).
@@ -70,28 +98,26 @@ paddle::Tensor append_to_cache(const paddle::Tensor& cache, const paddle::Tensor
   std::shared_ptr<SeqMajorCache> target;
   int64_t copy_old = 0;  // tokens of the old cache to copy into `target` first (0: append in place)
   if (const VTensorAllocation* alloc = whole_storage_view(cache)) {
-    const Status st = alloc->cache()->begin_append(S, T, stream);
+    const Status st = alloc->cache()->begin_append(S, T);
     if (st.ok()) {
       target = alloc->cache();
     } else if (st.code() != Code::kConflict) {
       throw_if_error(st, op);  // past the reservation, out of memory: the cache is untouched
     } else {
       copy_old = S;  // a live view sees position S: copy-on-write
-    }
-    if (!target) {
-      max_seq_len = std::max(max_seq_len, alloc->cache()->capacity_tokens());
-      if (chunk_bytes <= 0) chunk_bytes = static_cast<int64_t>(alloc->cache()->chunk_bytes());
+      // The copy is a fork of this cache: same reservation and chunk size unless the call says.
+      if (max_seq_len == 0) {
+        config.capacity_tokens = std::max(alloc->cache()->capacity_tokens(), S + T);
+      }
+      if (chunk_bytes == 0) config.chunk_bytes = alloc->cache()->chunk_bytes();
     }
   } else {
     copy_old = S;  // a plain tensor (or a view we cannot write through): migrate once
   }
 
   if (!target) {
-    CacheConfig config;
-    config.capacity_tokens = std::max(max_seq_len > 0 ? max_seq_len : kDefaultMaxSeqLen, S + T);
-    config.chunk_bytes = chunk_bytes > 0 ? static_cast<size_t>(chunk_bytes) : 0;
     throw_if_error(SeqMajorCache::create(to_device(place), shape, config, &target), op);
-    throw_if_error(target->begin_append(0, S + T, stream), op);
+    throw_if_error(target->begin_append(0, S + T), op);
   }
   // The output takes over the view registration before any copy is queued, so a failed launch
   // unregisters it again (and releases what it mapped) instead of leaking it.

@@ -1,6 +1,7 @@
 // Plain C entry points for what is not a tensor op (stats, limits, pointer lookup). Python reaches
 // them with ctypes on the same shared library that holds the ops, so both see one registry.
 #include <cstdint>
+#include <cstdio>
 
 #include "../core/apis.h"
 
@@ -22,17 +23,33 @@ pvt::Device device_of(int kind, int index) {
 
 extern "C" {
 
-// Fills out[0..7] with reserved, mapped, peak_mapped, live_regions, live_vtensors, map_calls,
-// unmap_calls, mapped_limit (the order of pvt::MemoryStats).
+// Fills out[0..8] with reserved, mapped, peak_mapped, live_regions, live_vtensors, map_calls,
+// unmap_calls, mapped_limit, bytes_written (the order of pvt::MemoryStats).
 void pvt_memory_stats(int kind, int index, int64_t* out) {
   const pvt::MemoryStats s = pvt::memory_stats(device_of(kind, index));
-  const int64_t v[8] = {s.reserved_bytes, s.mapped_bytes,  s.peak_mapped_bytes, s.live_regions,
-                        s.live_vtensors,  s.map_calls,     s.unmap_calls,       s.mapped_limit};
-  for (int i = 0; i < 8; ++i) out[i] = v[i];
+  const int64_t v[9] = {s.reserved_bytes, s.mapped_bytes, s.peak_mapped_bytes, s.live_regions,
+                        s.live_vtensors,  s.map_calls,    s.unmap_calls,       s.mapped_limit,
+                        s.bytes_written};
+  for (int i = 0; i < 9; ++i) out[i] = v[i];
 }
 
-void pvt_set_mapped_limit(int kind, int index, int64_t bytes) {
+// Returns 0, or 1 with a message in err[0..err_len) (the caller raises ValueError with it).
+int pvt_set_mapped_limit(int kind, int index, int64_t bytes, char* err, int64_t err_len) {
+  if (bytes < 0) {
+    std::snprintf(err, static_cast<size_t>(err_len),
+                  "set_mapped_limit: limit_bytes must be >= 0 (0 or None: no limit), got %lld",
+                  static_cast<long long>(bytes));
+    return 1;
+  }
   pvt::set_mapped_limit(device_of(kind, index), bytes);
+  return 0;
+}
+
+// The name of status code `code` as the ops spell it in their errors ("<op>: <name>: ..."), or
+// null past the last code: lets Python check that its table of exceptions covers every code.
+const char* pvt_code_name(int code) {
+  if (code < 0 || code > static_cast<int>(pvt::Code::kConflict)) return nullptr;
+  return pvt::code_name(static_cast<pvt::Code>(code));
 }
 
 void pvt_reset_peak_mapped(int kind, int index) { pvt::reset_peak_mapped(device_of(kind, index)); }

@@ -2,10 +2,6 @@
 
 #include <string>
 
-#ifdef PADDLE_VTENSOR_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
-
 namespace pvt {
 
 VTensorAllocation::VTensorAllocation(std::shared_ptr<SeqMajorCache> cache, int64_t length,
@@ -21,18 +17,6 @@ Device to_device(const phi::Place& place) {
   if (place.GetType() == phi::AllocationType::CPU) return Device::host();
   if (place.GetType() == phi::AllocationType::GPU) return Device::cuda(place.GetDeviceId());
   PD_THROW("paddle_vtensor supports CPU and GPU tensors, got a tensor on ", place.DebugString());
-}
-
-void* stream_of(const paddle::Tensor& t) {
-#ifdef PADDLE_VTENSOR_WITH_CUDA
-  if (t.place().GetType() == phi::AllocationType::GPU) return static_cast<void*>(t.stream());
-#endif
-  (void)t;
-  return nullptr;
-}
-
-void throw_if_error(const Status& status, const char* op) {
-  if (!status.ok()) PD_THROW(op, ": ", status.to_string());
 }
 
 int64_t kv_elem_bytes(phi::DataType dtype, const char* op, const char* what) {
@@ -65,41 +49,6 @@ const VTensorAllocation* whole_storage_view(const paddle::Tensor& t) {
   if (phi::SizeOf(dense->dtype()) != static_cast<size_t>(s.elem_bytes)) return nullptr;
   if (d[0] > alloc->length()) return nullptr;
   return alloc;
-}
-
-DeviceGuard::DeviceGuard(const phi::Place& place) {
-#ifdef PADDLE_VTENSOR_WITH_CUDA
-  if (place.GetType() != phi::AllocationType::GPU) return;
-  int current = 0;
-  if (cudaGetDevice(&current) == cudaSuccess && current != place.GetDeviceId()) {
-    if (cudaSetDevice(place.GetDeviceId()) == cudaSuccess) previous_ = current;
-  }
-#else
-  (void)place;
-#endif
-}
-
-DeviceGuard::~DeviceGuard() {
-#ifdef PADDLE_VTENSOR_WITH_CUDA
-  if (previous_ >= 0) (void)cudaSetDevice(previous_);
-#endif
-}
-
-void launch_append(const AppendParams& params, const phi::Place& place, void* stream,
-                   const char* op) {
-  if (params.tokens == 0) return;
-  if (place.GetType() == phi::AllocationType::CPU) {
-    throw_if_error(append_tokens_cpu(params), op);
-    return;
-  }
-#ifdef PADDLE_VTENSOR_WITH_CUDA
-  DeviceGuard guard(place);
-  throw_if_error(append_tokens_cuda(params, stream), op);
-#else
-  (void)stream;
-  PD_THROW(op, ": this build of paddle_vtensor has no CUDA kernels (tensor on ",
-           place.DebugString(), ")");
-#endif
 }
 
 }  // namespace pvt

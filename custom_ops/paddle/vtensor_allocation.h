@@ -1,5 +1,5 @@
 // The adapter's bridge from the core to Paddle: a phi::Allocation that is one tensor's window on a
-// SeqMajorCache, and the helpers every op uses to recognise, create and launch on VTensors.
+// SeqMajorCache, and how the ops recognise and create such tensors.
 #pragma once
 
 #include <memory>
@@ -9,7 +9,6 @@
 #include "paddle/phi/core/dense_tensor.h"
 
 #include "../core/apis.h"
-#include "../kernels/append_tokens.h"
 
 namespace pvt {
 
@@ -33,10 +32,6 @@ class VTensorAllocation final : public phi::Allocation {
 
 // Paddle place -> core device; throws for places the plugin does not support.
 Device to_device(const phi::Place& place);
-// The stream ops on `t` run on (nullptr on the CPU), as the core's void*.
-void* stream_of(const paddle::Tensor& t);
-// Throws a Python-visible error "<op>: <Code>: <message>" when `status` is not ok.
-void throw_if_error(const Status& status, const char* op);
 // Element size of a supported KV dtype (float32, float16, bfloat16); throws naming any other dtype.
 int64_t kv_elem_bytes(phi::DataType dtype, const char* op, const char* what);
 
@@ -46,22 +41,5 @@ paddle::Tensor make_storage_view(std::shared_ptr<SeqMajorCache> cache, int64_t l
 // The allocation behind `t` when `t` is a whole storage view of a cache (offset 0, contiguous,
 // [S, B, H, D] matching the cache's shape and element size), else nullptr.
 const VTensorAllocation* whole_storage_view(const paddle::Tensor& t);
-
-// Makes `place`'s GPU current for its scope (and restores the previous one), since kernels launch on
-// the current device and a caller may have another current. No-op on the CPU and in CPU builds.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(const phi::Place& place);
-  ~DeviceGuard();
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
-
-// Queue dst[pos + t, b, h, d] = src[b, t, h, d] on the place of the tensors (CPU or CUDA).
-void launch_append(const AppendParams& params, const phi::Place& place, void* stream,
-                   const char* op);
 
 }  // namespace pvt

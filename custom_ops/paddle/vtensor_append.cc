@@ -7,7 +7,7 @@
 std::vector<paddle::Tensor> VTensorAppend(const paddle::Tensor& cache, const paddle::Tensor& tokens,
                                           int64_t max_seq_len, int64_t chunk_bytes) {
   return {pvt::append_to_cache(cache, tokens, max_seq_len, chunk_bytes, /*expect_tokens=*/0,
-                               "vtensor_append")};
+                               pvt::names::kAppend)};
 }
 
 std::vector<std::vector<int64_t>> VTensorAppendInferShape(const std::vector<int64_t>& cache_shape,
@@ -20,10 +20,10 @@ std::vector<paddle::DataType> VTensorAppendInferDtype(const paddle::DataType& ca
   return {cache_dtype};
 }
 
-PD_BUILD_OP(vtensor_append)
+PVT_BUILD_OP(PVT_OP_APPEND)
     .Inputs({"Cache", "Tokens"})
     .Outputs({"Out"})
-    .Attrs({"max_seq_len: int64_t", "chunk_bytes: int64_t"})
+    .Attrs({PVT_ATTR_MAX_SEQ_LEN ": int64_t", PVT_ATTR_CHUNK_BYTES ": int64_t"})
     .SetKernelFn(PD_KERNEL(VTensorAppend))
     .SetInferShapeFn(PD_INFER_SHAPE(VTensorAppendInferShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(VTensorAppendInferDtype));

@@ -4,22 +4,24 @@
 //                         VTensor; Paddle makes any other input contiguous first); Hq % Hkv == 0
 //   Mask  optional [B or 1, Hq or 1, Tq or 1, S]: bool (true = attend) or additive float
 //         (float32 or Q's dtype), as PaddleNLP builds it ([B, 1, Tq, S]). Absent: causal.
-//   attr scale (> 0 or any finite value; the Python wrapper passes 1/sqrt(D) by default)
+//   attr scale (any finite value; the Python wrapper passes 1/sqrt(D) by default)
 //   Out   [B, Tq, Hq, D], Q's dtype.
+// vtensor_decode_attention_lse: the same, plus
+//   Lse   [B, Tq, Hq] float32, log(sum_s exp(score)) per query and head (-inf for a query that sees no
+//         key), to merge attention over parts of the cache (vtensor_merge_attention_states).
+// Two registrations rather than an optional output: Paddle's custom ops allow optional outputs only
+// in place, and the static pass (passes/attention_rewrite.cc) builds the one-output op.
+#include <cmath>
 #include <string>
 
-#include "vtensor_allocation.h"
+#include "../op_names.h"
+#include "append_common.h"
 #include "../kernels/decode_attention.h"
 
 namespace {
 
-constexpr const char* kOp = "vtensor_decode_attention";
-
-std::string dims_str(const phi::DDim& d) {
-  std::string s = "[";
-  for (int i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
+constexpr const char* kOp = pvt::names::kDecodeAttention;
+using pvt::dims_str;
 
 // The one dtype dispatch of this op: Paddle dtype -> kernel scalar type.
 pvt::ScalarType scalar_type(phi::DataType dtype, const char* what) {
@@ -34,8 +36,14 @@ pvt::ScalarType scalar_type(phi::DataType dtype, const char* what) {
   }
 }
 
+// The op's only checks: the Python wrapper passes its arguments straight through.
 void check_inputs(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
-                  const paddle::optional<paddle::Tensor>& mask) {
+                  const paddle::optional<paddle::Tensor>& mask, float scale) {
+  pvt::check_defined(q, kOp, "q");
+  pvt::check_defined(k, kOp, "the key cache");
+  pvt::check_defined(v, kOp, "the value cache");
+  if (mask) pvt::check_defined(*mask, kOp, "the mask");
+  PD_CHECK(std::isfinite(scale), kOp, ": scale must be finite, got ", scale);
   const auto& qd = q.dims();
   const auto& kd = k.dims();
   PD_CHECK(qd.size() == 4, kOp, ": q must have rank 4 [batch, q_len, q_heads, head_dim], got shape ",
@@ -84,13 +92,11 @@ void copy_strides(const paddle::Tensor& t, int64_t (&dst)[4]) {
   for (int i = 0; i < 4; ++i) dst[i] = d[i] == 1 ? 0 : st[i];  // size-1 dims broadcast
 }
 
-}  // namespace
-
-std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, const paddle::Tensor& k,
-                                                   const paddle::Tensor& v,
-                                                   const paddle::optional<paddle::Tensor>& mask,
-                                                   float scale) {
-  check_inputs(q, k, v, mask);
+// Out, and Lse when `with_lse`.
+std::vector<paddle::Tensor> run(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
+                                const paddle::optional<paddle::Tensor>& mask, float scale, bool with_lse) {
+  check_inputs(q, k, v, mask, scale);
+  pvt::DeviceGuard guard(q.place(), kOp);
   const auto& qd = q.dims();
   paddle::Tensor out = paddle::empty({qd[0], qd[1], qd[2], qd[3]}, q.dtype(), q.place());
 
@@ -111,6 +117,11 @@ std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, cons
   copy_strides(k, p.k_stride);
   copy_strides(v, p.v_stride);
   copy_strides(out, p.out_stride);
+  std::vector<paddle::Tensor> result = {out};
+  if (with_lse) {
+    result.push_back(paddle::empty({qd[0], qd[1], qd[2]}, phi::DataType::FLOAT32, q.place()));
+    p.lse = result.back().data<float>();
+  }
   if (mask) {
     p.mask = mask->data();
     p.mask_type = scalar_type(mask->dtype(), "the mask");
@@ -119,7 +130,7 @@ std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, cons
 
   if (q.place().GetType() == phi::AllocationType::CPU) {
     pvt::throw_if_error(pvt::decode_attention_cpu(p), kOp);
-    return {out};
+    return result;
   }
 #ifdef PADDLE_VTENSOR_WITH_CUDA
   PD_CHECK(p.head_dim <= pvt::kCudaMaxHeadDim, kOp, ": head_dim ", p.head_dim,
@@ -131,11 +142,24 @@ std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, cons
     p.workspace = workspace.data();
     p.workspace_bytes = ws;
   }
-  pvt::throw_if_error(pvt::decode_attention_cuda(p, pvt::stream_of(q)), kOp);
-  return {out};
+  void* stream = pvt::stream_of(q);
+  pvt::throw_if_error(pvt::decode_attention_cuda(p, stream), kOp);
+  // The kernel reads K and V where they lie: their caches must not be released before it ran.
+  pvt::record_cache_use(p.k, q.place(), stream, kOp);
+  pvt::record_cache_use(p.v, q.place(), stream, kOp);
+  return result;
 #else
   PD_THROW(kOp, ": this build of paddle_vtensor has no CUDA kernels (tensor on ", q.place().DebugString(), ")");
 #endif
+}
+
+}  // namespace
+
+std::vector<paddle::Tensor> VTensorDecodeAttention(const paddle::Tensor& q, const paddle::Tensor& k,
+                                                   const paddle::Tensor& v,
+                                                   const paddle::optional<paddle::Tensor>& mask,
+                                                   float scale) {
+  return run(q, k, v, mask, scale, /*with_lse=*/false);
 }
 
 std::vector<std::vector<int64_t>> VTensorDecodeAttentionInferShape(
@@ -151,10 +175,41 @@ std::vector<paddle::DataType> VTensorDecodeAttentionInferDtype(const paddle::Dat
   return {q_dtype};
 }
 
-PD_BUILD_OP(vtensor_decode_attention)
+PVT_BUILD_OP(PVT_OP_DECODE_ATTENTION)
     .Inputs({"Q", "K", "V", paddle::Optional("Mask")})
     .Outputs({"Out"})
-    .Attrs({"scale: float"})
+    .Attrs({PVT_ATTR_SCALE ": float"})
     .SetKernelFn(PD_KERNEL(VTensorDecodeAttention))
     .SetInferShapeFn(PD_INFER_SHAPE(VTensorDecodeAttentionInferShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(VTensorDecodeAttentionInferDtype));
+
+// ---- vtensor_decode_attention_lse: the same attention, plus the log-sum-exp.
+
+std::vector<paddle::Tensor> VTensorDecodeAttentionLse(const paddle::Tensor& q, const paddle::Tensor& k,
+                                                      const paddle::Tensor& v,
+                                                      const paddle::optional<paddle::Tensor>& mask,
+                                                      float scale) {
+  return run(q, k, v, mask, scale, /*with_lse=*/true);
+}
+
+std::vector<std::vector<int64_t>> VTensorDecodeAttentionLseInferShape(
+    const std::vector<int64_t>& q_shape, const std::vector<int64_t>&, const std::vector<int64_t>&,
+    const paddle::optional<std::vector<int64_t>>&) {
+  std::vector<int64_t> lse(q_shape.begin(), q_shape.size() == 4 ? q_shape.end() - 1 : q_shape.end());
+  return {q_shape, lse};
+}
+
+std::vector<paddle::DataType> VTensorDecodeAttentionLseInferDtype(const paddle::DataType& q_dtype,
+                                                                  const paddle::DataType&,
+                                                                  const paddle::DataType&,
+                                                                  const paddle::optional<paddle::DataType>&) {
+  return {q_dtype, paddle::DataType::FLOAT32};
+}
+
+PVT_BUILD_OP(PVT_OP_DECODE_ATTENTION_LSE)
+    .Inputs({"Q", "K", "V", paddle::Optional("Mask")})
+    .Outputs({"Out", "Lse"})
+    .Attrs({PVT_ATTR_SCALE ": float"})
+    .SetKernelFn(PD_KERNEL(VTensorDecodeAttentionLse))
+    .SetInferShapeFn(PD_INFER_SHAPE(VTensorDecodeAttentionLseInferShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(VTensorDecodeAttentionLseInferDtype));

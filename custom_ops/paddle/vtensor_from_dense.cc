@@ -3,26 +3,25 @@
 //   Out [S, B, H, D] storage view; reservation max(max_seq_len or 4096, S) tokens.
 #include <algorithm>
 
-#include "vtensor_allocation.h"
+#include "append_common.h"
 
 std::vector<paddle::Tensor> VTensorFromDense(const paddle::Tensor& x, int64_t max_seq_len,
                                              int64_t chunk_bytes) {
-  const char* op = "vtensor_from_dense";
+  const char* op = pvt::names::kFromDense;
+  pvt::check_defined(x, op, "x");
   const auto& d = x.dims();
   PD_CHECK(d.size() == 4, op, ": x must have rank 4 [batch, seq, heads, head_dim], got rank ",
            d.size());
   const int64_t B = d[0], S = d[1], H = d[2], D = d[3];
   const pvt::CacheShape shape{B, H, D, pvt::kv_elem_bytes(x.dtype(), op, "x")};
-  pvt::CacheConfig config;
-  config.capacity_tokens = std::max(max_seq_len > 0 ? max_seq_len : pvt::kDefaultMaxSeqLen, S);
-  config.chunk_bytes = chunk_bytes > 0 ? static_cast<size_t>(chunk_bytes) : 0;
+  const pvt::CacheConfig config = pvt::cache_config(shape, max_seq_len, chunk_bytes, S, op);
   std::shared_ptr<pvt::SeqMajorCache> cache;
   pvt::throw_if_error(pvt::SeqMajorCache::create(pvt::to_device(x.place()), shape, config, &cache), op);
   void* stream = pvt::stream_of(x);
   if (S > 0) {
-    pvt::throw_if_error(cache->begin_append(0, S, stream), op);
+    pvt::throw_if_error(cache->begin_append(0, S), op);
   } else {
-    cache->add_view(0);
+    pvt::throw_if_error(cache->add_view(0), op);
   }
   paddle::Tensor out = pvt::make_storage_view(cache, S, x.dtype(), x.place());
   pvt::AppendParams p;
@@ -41,7 +40,7 @@ std::vector<paddle::Tensor> VTensorFromDense(const paddle::Tensor& x, int64_t ma
 }
 
 std::vector<std::vector<int64_t>> VTensorFromDenseInferShape(const std::vector<int64_t>& x_shape) {
-  PD_CHECK(x_shape.size() == 4, "vtensor_from_dense: x must have rank 4");
+  PD_CHECK(x_shape.size() == 4, pvt::names::kFromDense, ": x must have rank 4");
   return {{x_shape[1], x_shape[0], x_shape[2], x_shape[3]}};
 }
 
@@ -49,10 +48,10 @@ std::vector<paddle::DataType> VTensorFromDenseInferDtype(const paddle::DataType&
   return {x_dtype};
 }
 
-PD_BUILD_OP(vtensor_from_dense)
+PVT_BUILD_OP(PVT_OP_FROM_DENSE)
     .Inputs({"X"})
     .Outputs({"Out"})
-    .Attrs({"max_seq_len: int64_t", "chunk_bytes: int64_t"})
+    .Attrs({PVT_ATTR_MAX_SEQ_LEN ": int64_t", PVT_ATTR_CHUNK_BYTES ": int64_t"})
     .SetKernelFn(PD_KERNEL(VTensorFromDense))
     .SetInferShapeFn(PD_INFER_SHAPE(VTensorFromDenseInferShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(VTensorFromDenseInferDtype));

@@ -10,7 +10,7 @@ std::vector<paddle::Tensor> VTensorReserveOneToken(const paddle::Tensor& cache,
                                                    const paddle::Tensor& token, int64_t max_seq_len,
                                                    int64_t chunk_bytes) {
   return {pvt::append_to_cache(cache, token, max_seq_len, chunk_bytes, /*expect_tokens=*/1,
-                               "vtensor_reserve_one_token")};
+                               pvt::names::kReserveOneToken)};
 }
 
 std::vector<std::vector<int64_t>> VTensorReserveOneTokenInferShape(
@@ -23,10 +23,10 @@ std::vector<paddle::DataType> VTensorReserveOneTokenInferDtype(const paddle::Dat
   return {cache_dtype};
 }
 
-PD_BUILD_OP(vtensor_reserve_one_token)
+PVT_BUILD_OP(PVT_OP_RESERVE_ONE_TOKEN)
     .Inputs({"Cache", "Token"})
     .Outputs({"Out"})
-    .Attrs({"max_seq_len: int64_t", "chunk_bytes: int64_t"})
+    .Attrs({PVT_ATTR_MAX_SEQ_LEN ": int64_t", PVT_ATTR_CHUNK_BYTES ": int64_t"})
     .SetKernelFn(PD_KERNEL(VTensorReserveOneToken))
     .SetInferShapeFn(PD_INFER_SHAPE(VTensorReserveOneTokenInferShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(VTensorReserveOneTokenInferDtype));

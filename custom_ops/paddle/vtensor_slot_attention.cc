@@ -19,13 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "../op_names.h"
 #include "vtensor_slot_common.h"
 #include "../kernels/append_varlen.h"
 #include "../kernels/decode_attention.h"
 
 namespace {
 
-constexpr const char* kOp = "vtensor_slot_attention";
+constexpr const char* kOp = pvt::names::kSlotAttention;
 
 std::string dims_str(const phi::DDim& d) {
   std::string s = "[";
@@ -314,11 +315,11 @@ std::vector<paddle::DataType> VTensorSlotAttentionInferDtype(
   return {q_dtype};
 }
 
-PD_BUILD_OP(vtensor_slot_attention)
+PVT_BUILD_OP(PVT_OP_SLOT_ATTENTION)
     .Inputs({"Q", "KCache", "VCache", "CacheSeqlens", paddle::Optional("KNew"), paddle::Optional("VNew"),
              "CuSeqlensQ", "SlotIds"})
     .Outputs({"Out"})
-    .Attrs({"layer: int64_t", "scale: float", "causal: bool", "max_seqlen_q: int64_t", "max_seqlen_k: int64_t"})
+    .Attrs({PVT_ATTR_LAYER ": int64_t", PVT_ATTR_SCALE ": float", PVT_ATTR_CAUSAL ": bool", PVT_ATTR_MAX_SEQLEN_Q ": int64_t", PVT_ATTR_MAX_SEQLEN_K ": int64_t"})
     .SetKernelFn(PD_KERNEL(VTensorSlotAttention))
     .SetInferShapeFn(PD_INFER_SHAPE(VTensorSlotAttentionInferShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(VTensorSlotAttentionInferDtype));

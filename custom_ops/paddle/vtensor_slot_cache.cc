@@ -6,11 +6,12 @@
 //   attr chunk_bytes  mapping granularity (0: 2 MiB), rounded up to the device's
 //   Out   that shape, contiguous, over the cache's whole reservation. Rows are readable only once
 //         reserved (paddle_vtensor.reserve_slot); the slot ops check this, plain Paddle ops do not.
+#include "../op_names.h"
 #include "vtensor_slot_common.h"
 
 std::vector<paddle::Tensor> VTensorSlotCache(const paddle::Tensor& like, const std::vector<int64_t>& shape,
                                              int64_t chunk_bytes) {
-  const char* op = "vtensor_slot_cache";
+  const char* op = pvt::names::kSlotCache;
   PD_CHECK(shape.size() >= 3, op, ": shape must be [num_slots, max_seq_len, row dims...], got rank ",
            shape.size());
   int64_t row = pvt::kv_elem_bytes(like.dtype(), op, "the cache dtype");
@@ -35,10 +36,10 @@ std::vector<std::vector<int64_t>> VTensorSlotCacheInferShape(const std::vector<i
 
 std::vector<paddle::DataType> VTensorSlotCacheInferDtype(const paddle::DataType& dtype) { return {dtype}; }
 
-PD_BUILD_OP(vtensor_slot_cache)
+PVT_BUILD_OP(PVT_OP_SLOT_CACHE)
     .Inputs({"Like"})
     .Outputs({"Out"})
-    .Attrs({"shape: std::vector<int64_t>", "chunk_bytes: int64_t"})
+    .Attrs({PVT_ATTR_SHAPE ": std::vector<int64_t>", PVT_ATTR_CHUNK_BYTES ": int64_t"})
     .SetKernelFn(PD_KERNEL(VTensorSlotCache))
     .SetInferShapeFn(PD_INFER_SHAPE(VTensorSlotCacheInferShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(VTensorSlotCacheInferDtype));

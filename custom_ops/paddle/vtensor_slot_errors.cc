@@ -3,6 +3,7 @@
 // rows were not mapped (or past max_seq_len, or a slot id out of range).
 //   Cache  a slot cache tensor;  Out  int32 [1] on the CPU: the flag before clearing (0 or 1).
 // On the CPU the ops raise instead of flagging, so the flag stays 0.
+#include "../op_names.h"
 #include "vtensor_slot_common.h"
 
 #ifdef PADDLE_VTENSOR_WITH_CUDA
@@ -10,7 +11,7 @@
 #endif
 
 std::vector<paddle::Tensor> VTensorSlotErrors(const paddle::Tensor& cache_tensor) {
-  const char* op = "vtensor_slot_errors";
+  const char* op = pvt::names::kSlotErrors;
   auto cache = pvt::slot_cache_of(cache_tensor, op, "cache");
   paddle::Tensor out = paddle::full({1}, 0, phi::DataType::INT32, phi::CPUPlace());
   if (cache_tensor.place().GetType() == phi::AllocationType::CPU || !cache->attachment()) return {out};
@@ -28,7 +29,7 @@ std::vector<paddle::Tensor> VTensorSlotErrors(const paddle::Tensor& cache_tensor
 std::vector<std::vector<int64_t>> VTensorSlotErrorsInferShape(const std::vector<int64_t>&) { return {{1}}; }
 std::vector<paddle::DataType> VTensorSlotErrorsInferDtype(const paddle::DataType&) { return {phi::DataType::INT32}; }
 
-PD_BUILD_OP(vtensor_slot_errors)
+PVT_BUILD_OP(PVT_OP_SLOT_ERRORS)
     .Inputs({"Cache"})
     .Outputs({"Out"})
     .SetKernelFn(PD_KERNEL(VTensorSlotErrors))

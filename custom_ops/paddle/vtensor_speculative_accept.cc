@@ -18,12 +18,13 @@
 #include <atomic>
 #include <string>
 
+#include "../op_names.h"
 #include "vtensor_allocation.h"
 #include "../kernels/speculative_accept.h"
 
 namespace {
 
-constexpr const char* kOp = "vtensor_speculative_accept";
+constexpr const char* kOp = pvt::names::kSpeculativeAccept;
 
 // How many times the kernel was launched, per backend: tests read it to prove which path a decode
 // loop took (pvt_speculative_accept_launches below).
@@ -123,13 +124,13 @@ extern "C" int64_t pvt_speculative_accept_launches(int kind) {
   return (kind == 0 || kind == 1) ? g_launches[kind].load() : -1;
 }
 
-PD_BUILD_OP(vtensor_speculative_accept)
+PVT_BUILD_OP(PVT_OP_SPECULATIVE_ACCEPT)
     .Inputs({"DraftTokens", "TargetTokens", "SlotIds", "TargetSeqlens", "DraftSeqlens", "OutIds", "OutLen",
              "Finished", "Accepted", "NextTokens", "ErrorFlag"})
     .Outputs({"TargetSeqlensOut", "DraftSeqlensOut", "OutIdsOut", "OutLenOut", "FinishedOut", "AcceptedOut",
               "NextTokensOut", "ErrorFlagOut"})
-    .Attrs({"target_capacity: int64_t", "draft_capacity: int64_t", "target_advance: int64_t",
-            "draft_advance: int64_t", "eos_token_id: int64_t", "pad_token_id: int64_t"})
+    .Attrs({PVT_ATTR_TARGET_CAPACITY ": int64_t", PVT_ATTR_DRAFT_CAPACITY ": int64_t", PVT_ATTR_TARGET_ADVANCE ": int64_t",
+            PVT_ATTR_DRAFT_ADVANCE ": int64_t", PVT_ATTR_EOS_TOKEN_ID ": int64_t", PVT_ATTR_PAD_TOKEN_ID ": int64_t"})
     .SetInplaceMap({{"TargetSeqlens", "TargetSeqlensOut"}, {"DraftSeqlens", "DraftSeqlensOut"},
                     {"OutIds", "OutIdsOut"}, {"OutLen", "OutLenOut"}, {"Finished", "FinishedOut"},
                     {"Accepted", "AcceptedOut"}, {"NextTokens", "NextTokensOut"}, {"ErrorFlag", "ErrorFlagOut"}})

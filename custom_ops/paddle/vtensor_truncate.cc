@@ -4,10 +4,11 @@
 // Memory past seq_len is released once no live view sees it (when the longer views die), and the
 // next append on Out writes in place from then on (until then it copies: the longer view still
 // sees those positions).
-#include "vtensor_allocation.h"
+#include "append_common.h"
 
 std::vector<paddle::Tensor> VTensorTruncate(const paddle::Tensor& cache, int64_t seq_len) {
-  const char* op = "vtensor_truncate";
+  const char* op = pvt::names::kTruncate;
+  pvt::check_defined(cache, op, "the cache");
   PD_CHECK(cache.dims().size() == 4, op,
            ": cache must have rank 4 (logical [batch, seq, heads, head_dim]), got rank ",
            cache.dims().size());
@@ -17,7 +18,7 @@ std::vector<paddle::Tensor> VTensorTruncate(const paddle::Tensor& cache, int64_t
   const int64_t S = cache.dims()[0];
   PD_CHECK(seq_len >= 0 && seq_len <= S, op, ": seq_len must be in [0, ", S,
            "] (the cache's current length), got ", seq_len);
-  alloc->cache()->add_view(seq_len);
+  pvt::throw_if_error(alloc->cache()->add_view(seq_len), op);
   return {pvt::make_storage_view(alloc->cache(), seq_len, cache.dtype(), cache.place())};
 }
 
@@ -30,10 +31,10 @@ std::vector<paddle::DataType> VTensorTruncateInferDtype(const paddle::DataType& 
   return {cache_dtype};
 }
 
-PD_BUILD_OP(vtensor_truncate)
+PVT_BUILD_OP(PVT_OP_TRUNCATE)
     .Inputs({"Cache"})
     .Outputs({"Out"})
-    .Attrs({"seq_len: int64_t"})
+    .Attrs({PVT_ATTR_SEQ_LEN ": int64_t"})
     .SetKernelFn(PD_KERNEL(VTensorTruncate))
     .SetInferShapeFn(PD_INFER_SHAPE(VTensorTruncateInferShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(VTensorTruncateInferDtype));

@@ -46,14 +46,14 @@ def add_parser(commands, common) -> None:
     common(p)
 
 
-def workload(n: int, seed: int, prompt_range, output_range) -> tuple[list[list[int]], list[int]]:
+def workload(n: int, seed: int, prompt_range, output_range, vocab: int = 1000) -> tuple[list[list[int]], list[int]]:
     """Seeded requests: prompt and output lengths skewed short (u**2 and u**3 of a uniform u), so
     most requests are short and a few are long, as in serving traffic."""
     rng = np.random.default_rng(seed)
     (p_lo, p_hi), (o_lo, o_hi) = prompt_range, output_range
     plens = p_lo + np.floor((p_hi - p_lo + 1) * rng.random(n) ** 2).astype(int)
     olens = o_lo + np.floor((o_hi - o_lo + 1) * rng.random(n) ** 3).astype(int)
-    prompts = [rng.integers(2, 1000, size=int(k)).tolist() for k in plens]
+    prompts = [rng.integers(2, vocab, size=int(k)).tolist() for k in plens]
     return prompts, [int(x) for x in olens]
 
 
@@ -105,7 +105,7 @@ def run(args) -> int:
     load_ops(out=sys.stderr)
     shape = ModelShape(args.hidden_size, args.layers, args.heads, args.kv_heads, args.vocab)
     prompts, budgets = workload(args.requests, args.seed, (args.prompt_min, args.prompt_max),
-                                (args.output_min, args.output_max))
+                                (args.output_min, args.output_max), args.vocab)
     model = build_model(shape, "float32", args.prompt_max + args.output_max + 1, args.seed)
     chunk = args.chunk_kib * 1024
     pvt.configure(chunk_bytes=chunk)  # the applied path's seq-major caches map in the same chunks

@@ -18,7 +18,7 @@ def default_device() -> str:
 
 # Every subcommand is a module of this package with `add_parser(commands, common)` and `run(args)`.
 # A new one is one line here.
-COMMANDS = ("demo", "bench", "bench-inflight", "bench-speculative")
+COMMANDS = ("demo", "bench", "bench-attention", "bench-host", "bench-inflight", "bench-speculative", "sp-decode")
 
 
 def parser() -> argparse.ArgumentParser:

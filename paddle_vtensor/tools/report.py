@@ -61,6 +61,7 @@ def run_summary(run: Run) -> dict:
             "new_tokens": [s.new_tokens for s in run.steps],
             "ms": [round(s.ms, 4) for s in run.steps],
             "cache_bytes_written": [s.cache_bytes_written for s in run.steps],
+            "cache_bytes_counted_by_ops": [s.cache_bytes_counted for s in run.steps],
         },
     }
 
@@ -135,11 +136,11 @@ What the numbers are:
                        hooks on the model with the device synchronised; median and mean over the
                        decode steps; the prefill is excluded.
   generate() s         the whole generate() call, prefill included.
-  cache written        bytes written into the K and V caches of all layers in a decode step, measured:
-                       a layer's cache that starts at the same address as after the previous step and
-                       is one token longer grew in place (one token written); otherwise the step wrote
-                       the whole cache (concat copies every past token into new memory; the plugin's
-                       first decode step moves the prefill's cache into a VTensor once).
+  cache written        bytes written into the K and V caches of all layers in a decode step. Plugin:
+                       counted by its ops (every append, migration and copy-on-write adds what its
+                       kernel writes; memory_stats()["bytes_written"]); its first decode step moves
+                       the prefill's cache into a VTensor once. Baseline: concat returns a new tensor
+                       holding every past token, so each step writes the whole cache.
   page faults          minor page faults of the process per decode step (getrusage): each is a page of
                        memory the step touched for the first time, e.g. a fresh allocation.
   peaks                each is the high-water mark minus what was held just before generate() (the

@@ -1,6 +1,7 @@
-"""Times every forward call that ``generate()`` makes and works out how many bytes each one wrote
-into the KV cache, from hooks on the model alone, so it sees the baseline and the plugin the same
-way and needs nothing from either."""
+"""Times every forward call that ``generate()`` makes and how many bytes each one wrote into the KV
+cache, from hooks on the model: the bytes the plugin's ops wrote are counted by the ops themselves
+(``memory_stats()["bytes_written"]``); what a dense cache's ``concat`` wrote is the size of the new
+tensor it returned."""
 from __future__ import annotations
 
 import dataclasses
@@ -22,18 +23,21 @@ class Step:
     new_tokens: int  # tokens this call fed in: the prompt length at prefill, then 1
     context_len: int  # cached tokens after the call (the keys the call attended over)
     ms: float  # wall time of the forward call, device synchronised at both ends
-    cache_bytes_written: int | None  # K and V of every layer; None if the cache was not found
+    # K and V of every layer; None if the cache was not found. VTensor caches: the ops' own count
+    # (cache_bytes_counted); dense caches: every cache tensor the call replaced by a new one, whole.
+    cache_bytes_written: int | None
     cache_in_vtensors: bool | None  # every K and V a VTensor; None if the cache was not found
+    cache_bytes_counted: int = 0  # bytes paddle_vtensor's kernels wrote into caches during the call
 
 
 class StepRecorder:
     """Forward hooks on the top-level model; ``steps`` holds one Step per forward call.
 
-    Bytes written per call, per layer and per K/V: if the new cache tensor starts at the same
-    address as the one the previous call returned and is ``n`` tokens longer, it grew in place and
-    the call wrote the ``n`` new tokens; otherwise the call wrote the whole cache (what
-    ``concat([past, new])`` does: it copies every past token into fresh memory). A token is
-    batch * kv_heads * head_dim * element bytes.
+    Bytes written per call: when the caches are VTensors, what paddle_vtensor's kernels counted
+    while the call ran (every append, migration and copy-on-write reports the bytes it writes).
+    A dense cache is written by Paddle's ``concat([past, new])``, which returns a new tensor holding
+    every past token: a layer's K or V that is not the tensor the previous call returned, grown in
+    place, was written whole (batch * kv_heads * head_dim * element bytes per token).
     """
 
     def __init__(self, device: str, on_step: Callable[[Step], None] | None = None,
@@ -45,6 +49,7 @@ class StepRecorder:
         self._handles: list = []
         self._started = 0.0
         self._last: dict[tuple[int, int], tuple[int, int]] = {}  # (layer, k/v) -> (address, tokens)
+        self._counted_before = 0
 
     def attach(self, model) -> "StepRecorder":
         self._handles = [model.register_forward_pre_hook(self._before),
@@ -59,20 +64,29 @@ class StepRecorder:
     def _before(self, layer, inputs):
         if self.on_start is not None:
             self.on_start(len(self.steps))
+        self._counted_before = self._bytes_counted()
         synchronize(self.device)
         self._started = time.perf_counter()
 
     def _after(self, layer, inputs, outputs):
         synchronize(self.device)
         ms = (time.perf_counter() - self._started) * 1e3
+        counted = self._bytes_counted() - self._counted_before
         cache = _past_key_values(outputs)
         logits = outputs[0] if isinstance(outputs, (tuple, list)) else outputs.logits
         new_tokens = int(logits.shape[1])
         written, in_vtensors, context = self._account(cache, new_tokens)
-        step = Step(new_tokens, context, ms, written, in_vtensors)
+        if in_vtensors:
+            written = counted
+        step = Step(new_tokens, context, ms, written, in_vtensors, counted)
         self.steps.append(step)
         if self.on_step is not None:
             self.on_step(step)
+
+    def _bytes_counted(self) -> int:
+        from ..api import memory_stats
+
+        return memory_stats(self.device)["bytes_written"]
 
     def _account(self, cache, new_tokens: int) -> tuple[int | None, bool | None, int]:
         if cache is None:

@@ -123,7 +123,7 @@ bool bench_append(Row* row, const void* tok, cudaStream_t stream) {
   const CacheShape shape{row->batch, kHeads, kHeadDim, kElem};
   std::shared_ptr<SeqMajorCache> cache;
   BENCH_OK(SeqMajorCache::create(kGpu, shape, CacheConfig{row->context + 1, 0}, &cache));
-  BENCH_OK(cache->reserve_tokens(row->context + 1, stream));
+  BENCH_OK(cache->reserve_tokens(row->context + 1));
   const AppendParams p = one_token(*cache, tok, row->batch, row->context);
   auto step = [&] { return append_tokens_cuda(p, stream).ok(); };
   if (!time_events(stream, 200, 7, step, &row->append_us)) return false;
@@ -185,22 +185,23 @@ bool bench_concat(Row* row, const void* tok, cudaStream_t stream) {
 
 // Grows a fresh cache 0 -> N one token per step; wall clock per token.
 // mode 0: reserve_tokens + append; 1: same, memory mapped first; 2: begin_append + append +
-// remove_view(previous length), the adapter's whole step.
+// record_use + remove_view(previous length), the adapter's whole step.
 bool grow_once(const Row& row, int mode, const void* tok, cudaStream_t stream, double* us) {
   const CacheShape shape{row.batch, kHeads, kHeadDim, kElem};
   const int64_t n = row.context;
   std::shared_ptr<SeqMajorCache> cache;
   BENCH_OK(SeqMajorCache::create(kGpu, shape, CacheConfig{n, 0}, &cache));
-  if (mode == 1) BENCH_OK(cache->reserve_tokens(n, stream));
+  if (mode == 1) BENCH_OK(cache->reserve_tokens(n));
   BENCH_CHECK(cudaStreamSynchronize(stream));
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t pos = 0; pos < n; ++pos) {
     if (mode == 2) {
-      BENCH_OK(cache->begin_append(pos, 1, stream));
+      BENCH_OK(cache->begin_append(pos, 1));
     } else {
-      BENCH_OK(cache->reserve_tokens(pos + 1, stream));
+      BENCH_OK(cache->reserve_tokens(pos + 1));
     }
     BENCH_OK(append_tokens_cuda(one_token(*cache, tok, row.batch, pos), stream));
+    if (mode == 2) BENCH_OK(cache->record_use(stream));
     if (mode == 2 && pos > 0) cache->remove_view(pos);
   }
   BENCH_CHECK(cudaStreamSynchronize(stream));

@@ -219,8 +219,8 @@ void test_mapped(Report& r) {
   if (!r.ok(SeqMajorCache::create(Device::host(), cs, CacheConfig{256, page}, &kc), "attn.mapped.create_k")) return;
   if (!r.ok(SeqMajorCache::create(Device::host(), cs, CacheConfig{256, page}, &vc), "attn.mapped.create_v")) return;
   const int64_t mapped = 60;
-  if (!r.ok(kc->reserve_tokens(mapped, nullptr), "attn.mapped.reserve_k")) return;
-  if (!r.ok(vc->reserve_tokens(mapped, nullptr), "attn.mapped.reserve_v")) return;
+  if (!r.ok(kc->reserve_tokens(mapped), "attn.mapped.reserve_k")) return;
+  if (!r.ok(vc->reserve_tokens(mapped), "attn.mapped.reserve_v")) return;
   // Entry 1 (slot 0) needs 59 + 3 = 62 > 60 tokens, entry 3 (slot 2) 70 + 1; the others fit.
   Layout lay{{1, 3, 1, 1}, {1, 0, 3, 2}, {59, 58, 70, 20}, {mapped, mapped, mapped, mapped}, 4, 3, 200};
   std::mt19937 rng(20);

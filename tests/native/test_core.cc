@@ -3,7 +3,10 @@
 // write rules, and append_tokens_cpu content against an independent reference.
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <memory>
 #include <random>
 #include <string>
@@ -16,6 +19,18 @@
 
 using namespace pvt;
 using pvt_test::Report;
+
+// Allocation-failure injection: while g_fail_after >= 0, the allocation that takes it to -1 throws
+// std::bad_alloc (as a real out-of-memory would). Replaces the global operator new of this program.
+static long g_fail_after = -1;
+
+void* operator new(size_t n) {
+  if (g_fail_after >= 0 && g_fail_after-- == 0) throw std::bad_alloc();
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -33,11 +48,11 @@ void test_backend(Report& r) {
   if (r.ok(be->map(p, page, &h), "backend.map")) {
     std::memset(p, 0x5a, page);
     r.check(p[0] == 0x5a && p[page - 1] == 0x5a, "backend.mapped_memory_writable");
-    r.ok(be->unmap(p, page, h, nullptr), "backend.unmap");
+    r.ok(be->unmap(p, page, h), "backend.unmap");
     // Remapping gives fresh (zeroed) pages: the old contents really went away.
     if (r.ok(be->map(p, page, &h), "backend.remap")) {
       r.check(p[0] == 0 && p[page - 1] == 0, "backend.remap_is_fresh", "old bytes survived unmap");
-      r.ok(be->unmap(p, page, h, nullptr), "backend.unmap_again");
+      r.ok(be->unmap(p, page, h), "backend.unmap_again");
     }
   }
   r.ok(be->free_reservation(base, 4 * page), "backend.free_reservation");
@@ -85,6 +100,10 @@ void test_region(Report& r) {
   r.code(reg->map_range(10 * c, 2 * c), Code::kOutOfRange, "region.past_reservation");
   r.code(reg->ensure_mapped(11 * c + 1), Code::kOutOfRange, "region.ensure_mapped_past_reservation");
   r.eq(reg->mapped_bytes(), 0, "region.errors_map_nothing");
+
+  // Host kernels are synchronous: recording a stream's use keeps nothing to wait for.
+  r.ok(reg->record_use(nullptr), "region.host_record_use");
+  r.eq(reg->streams_in_use(), 0, "region.host_keeps_no_events");
 
   // Growing tail helpers.
   r.ok(reg->ensure_mapped(2 * c + 1), "region.ensure_mapped");
@@ -167,17 +186,17 @@ void test_cache(Report& r) {
 
   // Prefill 10 tokens, then decode one token at a time; each step drops the previous view.
   auto prefill = pvt_test::make_source(2, 10, 3, 5, 2, pvt_test::kContiguous, 0, 0, rng);
-  if (!r.ok(cache->begin_append(0, 10, nullptr), "cache.begin_prefill")) return;
+  if (!r.ok(cache->begin_append(0, 10), "cache.begin_prefill")) return;
   r.ok(cpu_append(*cache, prefill, 0, &ref), "cache.cpu_prefill");
   r.eq(cache->longest_view(), 10, "cache.longest_after_prefill");
   r.eq(cache->live_views(), 1, "cache.views_after_prefill");
   r.eq(cache->mapped_bytes(), round(10), "cache.mapped_after_prefill");
   r.check(cache->write_allowed(10) && !cache->write_allowed(9), "cache.write_allowed_at_end_only");
-  r.code(cache->begin_append(5, 1, nullptr), Code::kConflict, "cache.write_into_live_view_conflicts");
+  r.code(cache->begin_append(5, 1), Code::kConflict, "cache.write_into_live_view_conflicts");
   r.eq(cache->live_views(), 1, "cache.conflict_changes_nothing");
   for (int64_t pos = 10; pos < 110; ++pos) {
     auto tok = pvt_test::make_source(2, 1, 3, 5, 2, pvt_test::kHeadsMajor, 0, 0, rng);
-    Status s = cache->begin_append(pos, 1, nullptr);
+    Status s = cache->begin_append(pos, 1);
     if (s.ok()) s = cpu_append(*cache, tok, pos, &ref);
     if (!s.ok()) { r.ok(s, "cache.decode_steps"); return; }
     cache->remove_view(pos);
@@ -189,13 +208,13 @@ void test_cache(Report& r) {
   r.check(same_prefix(*cache, ref, 110, &why), "cache.content_after_decode", why);
 
   // Truncate to 50: a new view of 50, the 110 view dies, memory past token 50 goes back.
-  cache->add_view(50);
+  r.ok(cache->add_view(50), "cache.truncate_add_view");
   cache->remove_view(110);
   r.eq(cache->longest_view(), 50, "cache.truncate_longest");
   r.eq(cache->mapped_bytes(), round(50), "cache.truncate_releases_tail");
   r.check(cache->write_allowed(50) && !cache->write_allowed(49), "cache.truncate_write_allowed");
   auto more = pvt_test::make_source(2, 7, 3, 5, 2, pvt_test::kDimStrided, 1, 1, rng);
-  if (r.ok(cache->begin_append(50, 7, nullptr), "cache.reappend_after_truncate")) {
+  if (r.ok(cache->begin_append(50, 7), "cache.reappend_after_truncate")) {
     r.ok(cpu_append(*cache, more, 50, &ref), "cache.cpu_reappend");
     r.check(same_prefix(*cache, ref, 57, &why), "cache.content_after_reappend", why);
   }
@@ -206,21 +225,21 @@ void test_cache(Report& r) {
   // Past the reservation: OutOfRange and nothing changes.
   const int64_t cap = cache->capacity_tokens();
   const size_t mapped = cache->mapped_bytes();
-  r.code(cache->begin_append(cap, 1, nullptr), Code::kOutOfRange, "cache.append_past_capacity");
-  r.code(cache->begin_append(cap - 3, 5, nullptr), Code::kOutOfRange, "cache.append_straddling_capacity");
-  r.code(cache->reserve_tokens(cap + 1, nullptr), Code::kOutOfRange, "cache.reserve_past_capacity");
+  r.code(cache->begin_append(cap, 1), Code::kOutOfRange, "cache.append_past_capacity");
+  r.code(cache->begin_append(cap - 3, 5), Code::kOutOfRange, "cache.append_straddling_capacity");
+  r.code(cache->reserve_tokens(cap + 1), Code::kOutOfRange, "cache.reserve_past_capacity");
   r.check(cache->longest_view() == 57 && cache->live_views() == 1 && cache->mapped_bytes() == mapped,
           "cache.out_of_range_changes_nothing");
-  r.code(cache->begin_append(-1, 1, nullptr), Code::kInvalidArgument, "cache.negative_pos");
-  r.code(cache->begin_append(57, 0, nullptr), Code::kInvalidArgument, "cache.zero_tokens");
+  r.code(cache->begin_append(-1, 1), Code::kInvalidArgument, "cache.negative_pos");
+  r.code(cache->begin_append(57, 0), Code::kInvalidArgument, "cache.zero_tokens");
   r.check(same_prefix(*cache, ref, 57, &why), "cache.content_after_errors", why);
 
   // Under the mapped limit an append fails whole and the cache stays usable.
   set_mapped_limit(kHost, memory_stats(kHost).mapped_bytes);
-  r.code(cache->begin_append(57, 200, nullptr), Code::kOutOfMemory, "cache.append_over_limit");
+  r.code(cache->begin_append(57, 200), Code::kOutOfMemory, "cache.append_over_limit");
   r.check(cache->longest_view() == 57 && cache->mapped_bytes() == mapped, "cache.over_limit_changes_nothing");
   set_mapped_limit(kHost, 0);
-  r.ok(cache->reserve_tokens(cap, nullptr), "cache.reserve_full_capacity");
+  r.ok(cache->reserve_tokens(cap), "cache.reserve_full_capacity");
   r.eq(cache->mapped_bytes(), cache->reserved_bytes(), "cache.full_capacity_mapped");
   cache->remove_view(57);
   r.eq(cache->mapped_bytes(), 0, "cache.last_view_gone_releases_all");
@@ -267,6 +286,137 @@ void test_cpu_kernel(Report& r) {
   r.code(check_append_params(bad), Code::kInvalidArgument, "check_params.negative_pos");
 }
 
+// Resident set size of this process in bytes (/proc/self/statm, second field, in pages).
+int64_t rss_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  long size = 0, resident = 0;
+  if (f == nullptr || std::fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
+  if (f) std::fclose(f);
+  return int64_t(resident) * sysconf(_SC_PAGESIZE);
+}
+
+// Bookkeeping grows with what is mapped, not with what is reserved: a 16 TiB reservation of one-page
+// chunks (4 billion chunks) costs almost no host memory, maps anywhere in it, and never aborts.
+void test_huge_reservations(Report& r) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const int64_t rss0 = rss_bytes();
+  {
+    std::unique_ptr<Region> reg;
+    if (!r.ok(Region::create(kHost, size_t(1) << 44, 1, &reg), "huge.region_16TiB_page_chunks")) return;
+    r.eq(reg->num_chunks(), (size_t(1) << 44) / page, "huge.region_num_chunks");
+    const size_t far = reg->reserved_bytes() - page;  // the very last chunk
+    r.ok(reg->map_range(0, 2 * page), "huge.map_first");
+    r.ok(reg->map_range(far, page), "huge.map_last");
+    r.ok(reg->map_range(size_t(1) << 43, page), "huge.map_middle");
+    reg->base()[far] = 7;
+    reg->base()[size_t(1) << 43] = 8;
+    r.check(reg->is_mapped(0, 2 * page) && reg->is_mapped(far, page) && !reg->is_mapped(page, 2 * page),
+            "huge.is_mapped");
+    r.eq(reg->mapped_bytes(), 4 * page, "huge.mapped_bytes");
+    r.ok(reg->release_from(page), "huge.release_from_across_16TiB");  // O(mapped), not O(reserved)
+    r.eq(reg->mapped_bytes(), page, "huge.release_from_left_first");
+    const int64_t grew = rss_bytes() - rss0;
+    std::printf("info 16 TiB region, 1-page chunks: RSS grew by %lld bytes\n", static_cast<long long>(grew));
+    r.check(grew < (int64_t(4) << 20), "huge.region_rss_small", std::to_string(grew) + " bytes");
+  }
+  {
+    // The case: from_dense(zeros([4, 1, 8, 128]), max_seq_len=10**9, chunk_bytes=1) on fp32.
+    std::shared_ptr<SeqMajorCache> cache;
+    const CacheShape shape{4, 8, 128, 4};  // 16 KiB a token: 10^9 tokens reserve ~14.6 TiB
+    if (!r.ok(SeqMajorCache::create(kHost, shape, CacheConfig{1000000000, 1}, &cache), "huge.cache_1e9_tokens"))
+      return;
+    r.eq(cache->capacity_tokens(), 1000000000, "huge.cache_capacity");
+    if (r.ok(cache->begin_append(0, 1), "huge.cache_append_one")) {
+      std::memset(cache->data(), 1, shape.token_bytes());
+      r.ok(cache->begin_append(1, 3), "huge.cache_append_three");
+      cache->remove_view(1);
+      cache->remove_view(4);
+    }
+    r.eq(cache->mapped_bytes(), 0, "huge.cache_released");
+    r.code(cache->begin_append(1000000000, 1), Code::kOutOfRange, "huge.cache_past_capacity");
+    const int64_t grew = rss_bytes() - rss0;
+    std::printf("info 1e9-token cache, 1-page chunks: RSS grew by %lld bytes\n", static_cast<long long>(grew));
+    r.check(grew < (int64_t(4) << 20), "huge.cache_rss_small", std::to_string(grew) + " bytes");
+  }
+  // Past what the address space holds: errors, not aborts.
+  std::unique_ptr<Region> reg;
+  r.code(Region::create(kHost, size_t(1) << 50, 1, &reg), Code::kOutOfMemory, "huge.past_address_space_is_oom");
+  r.code(Region::create(kHost, SIZE_MAX - 5, 1, &reg), Code::kInvalidArgument, "huge.size_max_overflows");
+  r.code(Region::create(kHost, 1 << 20, SIZE_MAX - 5, &reg), Code::kInvalidArgument, "huge.chunk_overflows");
+  std::shared_ptr<SeqMajorCache> cache;
+  r.code(SeqMajorCache::create(kHost, CacheShape{4, 8, 128, 4}, CacheConfig{(int64_t(1) << 62) + 1, 1}, &cache),
+         Code::kInvalidArgument, "huge.capacity_times_token_overflows");
+  r.code(SeqMajorCache::create(kHost, CacheShape{int64_t(1) << 40, int64_t(1) << 20, 1 << 10, 4},
+                               CacheConfig{1, 1}, &cache),
+         Code::kInvalidArgument, "huge.token_size_overflows");
+}
+
+// Every host allocation inside a core call may fail: the call returns kOutOfMemory and leaves
+// everything as it was, or succeeds. Fails the 0th, 1st, ... allocation until the call gets through.
+void test_allocation_failures(Report& r) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const CacheShape shape{1, 2, 256, 4};  // 2 KiB a token: 2 tokens a page
+  int failures_seen = 0;
+  bool all_clean = true;
+  std::string why;
+  auto note = [&](bool clean, const std::string& what) {
+    if (!clean && all_clean) why = what;
+    all_clean = all_clean && clean;
+  };
+  // SeqMajorCache::create
+  for (long n = 0; n < 100; ++n) {
+    std::shared_ptr<SeqMajorCache> cache;
+    const MemoryStats before = memory_stats(kHost);
+    g_fail_after = n;
+    const Status s = SeqMajorCache::create(kHost, shape, CacheConfig{1 << 20, page}, &cache);
+    g_fail_after = -1;
+    if (s.ok()) break;
+    ++failures_seen;
+    const MemoryStats after = memory_stats(kHost);
+    note(s.code() == Code::kOutOfMemory && !cache && after.live_regions == before.live_regions &&
+             after.reserved_bytes == before.reserved_bytes,
+         "create, allocation " + std::to_string(n) + ": " + s.to_string());
+  }
+  std::shared_ptr<SeqMajorCache> cache;
+  if (!r.ok(SeqMajorCache::create(kHost, shape, CacheConfig{1 << 20, page}, &cache), "alloc_fail.create")) return;
+  if (!r.ok(cache->begin_append(0, 3), "alloc_fail.prefill")) return;
+  // begin_append that maps new chunks (and a view length not seen before)
+  for (int64_t pos = 3, step = 0; step < 6; ++step) {
+    const int64_t count = 1 + step * 5;  // 1..26 tokens: 1..13 new chunks
+    for (long n = 0; n < 200; ++n) {
+      const size_t mapped = cache->mapped_bytes();
+      const int64_t views = cache->live_views(), longest = cache->longest_view();
+      g_fail_after = n;
+      const Status s = cache->begin_append(pos, count);
+      g_fail_after = -1;
+      if (s.ok()) break;
+      ++failures_seen;
+      note(s.code() == Code::kOutOfMemory && cache->mapped_bytes() == mapped && cache->live_views() == views &&
+               cache->longest_view() == longest,
+           "begin_append(" + std::to_string(pos) + ", " + std::to_string(count) + "), allocation " +
+               std::to_string(n) + ": " + s.to_string());
+    }
+    cache->remove_view(pos);
+    pos += count;
+  }
+  // add_view of a new length
+  for (long n = 0; n < 100; ++n) {
+    const int64_t views = cache->live_views();
+    g_fail_after = n;
+    const Status s = cache->add_view(2);
+    g_fail_after = -1;
+    if (s.ok()) break;
+    ++failures_seen;
+    note(s.code() == Code::kOutOfMemory && cache->live_views() == views, "add_view: " + s.to_string());
+  }
+  cache->remove_view(2);
+  cache->remove_view(cache->longest_view());
+  r.eq(cache->mapped_bytes(), 0, "alloc_fail.all_released");
+  std::printf("info %d injected allocation failures, each an error\n", failures_seen);
+  r.check(failures_seen >= 10, "alloc_fail.failures_were_injected", std::to_string(failures_seen));
+  r.check(all_clean, "alloc_fail.each_is_oom_and_changes_nothing", why);
+}
+
 }  // namespace
 
 int main() {
@@ -276,6 +426,8 @@ int main() {
   test_mapped_limit(r);
   test_cache(r);
   test_cpu_kernel(r);
+  test_huge_reservations(r);
+  test_allocation_failures(r);
   const MemoryStats s = memory_stats(kHost);
   r.eq(s.mapped_bytes, 0, "end.mapped_bytes_zero");
   r.eq(s.reserved_bytes, 0, "end.reserved_bytes_zero");

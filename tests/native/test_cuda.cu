@@ -1,10 +1,17 @@
 // Native GPU test: the CUDA backend behind Region and SeqMajorCache on Device::cuda(0), and
 // append_tokens_cuda checked byte for byte against a host reference. Covers 1 and T tokens,
 // fp16/bf16/fp32-sized elements, odd shapes, strided sources, truncate + re-append, a cache past
-// 4 GiB, the past-reservation error, a real out-of-memory, and unmap waiting for queued kernels.
+// 4 GiB, the past-reservation error, a real out-of-memory, unmap waiting for queued kernels on every
+// stream that used the cache (a read on a second stream included), and a fork() child that gets an
+// error instead of a hang.
 #include <cuda_runtime.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -69,8 +76,9 @@ AppendParams params_for(const SeqMajorCache& cache, const GpuSource& src, int64_
 Status append(SeqMajorCache& cache, const GpuSource& src, int64_t pos, cudaStream_t stream,
               std::vector<uint8_t>* ref, int64_t prev_len) {
   if (src.dev == nullptr) return Status(Code::kOutOfMemory, "source upload failed");
-  PVT_RETURN_IF_ERROR(cache.begin_append(pos, src.host.dims[1], stream));
-  const Status s = append_tokens_cuda(params_for(cache, src, pos), stream);
+  PVT_RETURN_IF_ERROR(cache.begin_append(pos, src.host.dims[1]));
+  Status s = append_tokens_cuda(params_for(cache, src, pos), stream);
+  if (s.ok()) s = cache.record_use(stream);  // what the adapter's launch_append does
   if (!s.ok()) {
     cache.remove_view(pos + src.host.dims[1]);
     return s;
@@ -201,7 +209,7 @@ void test_truncate(Report& r, std::mt19937& rng) {
   cudaStream_t legacy = nullptr;  // the legacy default stream, as a framework without streams uses
   if (!r.ok(append(*cache, first, 0, legacy, &ref, 0), "truncate.append_100")) return;
   r.eq(cache->mapped_bytes(), 8 * kMiB, "truncate.mapped_100_tokens");
-  cache->add_view(40);      // the truncated tensor
+  r.ok(cache->add_view(40), "truncate.add_view");  // the truncated tensor
   cache->remove_view(100);  // the long one dies
   r.eq(cache->longest_view(), 40, "truncate.longest_40");
   r.eq(cache->mapped_bytes(), 4 * kMiB, "truncate.releases_chunks_past_40");
@@ -233,7 +241,7 @@ void test_large(Report& r, std::mt19937& rng, cudaStream_t stream) {
     GpuSource src(pvt_test::make_source(8, w.tokens, 32, 128, 2, w.perm, 0, 0, rng));
     std::vector<uint8_t> ref(static_cast<size_t>(w.tokens * tb));
     if (!r.check(src.dev != nullptr, name, "source upload failed")) return;
-    Status s = cache->begin_append(w.pos, w.tokens, stream);
+    Status s = cache->begin_append(w.pos, w.tokens);
     if (s.ok()) s = append_tokens_cuda(params_for(*cache, src, w.pos), stream);
     if (!r.ok(s, name)) return;
     if (prev) cache->remove_view(prev);
@@ -259,7 +267,7 @@ void test_past_reservation(Report& r, std::mt19937& rng, cudaStream_t stream) {
   if (!r.ok(append(*cache, fill, 0, stream, &ref, 0), "range.append_250")) return;
   GpuSource ten(pvt_test::make_source(1, 10, 32, 128, 2, pvt_test::kContiguous, 0, 0, rng));
   r.code(append(*cache, ten, 250, stream, &ref, 0), Code::kOutOfRange, "range.append_past_reservation");
-  r.code(cache->begin_append(256, 1, stream), Code::kOutOfRange, "range.append_at_capacity");
+  r.code(cache->begin_append(256, 1), Code::kOutOfRange, "range.append_at_capacity");
   r.check(cache->longest_view() == 250 && cache->live_views() == 1 && cache->mapped_bytes() == 2 * kMiB,
           "range.bookkeeping_unchanged");
   verify(r, *cache, ref, 0, 0, 250, stream, "range.content_unchanged");
@@ -324,6 +332,108 @@ void test_unmap_waits(Report& r, std::mt19937& rng, cudaStream_t stream) {
   if (cuda_ok(r, cudaDeviceSynchronize(), "unmap_waits.no_fault")) r.check(true, "unmap_waits.no_fault");
 }
 
+__global__ void spin_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+// Release must wait for every stream that used the cache, not only the last one that appended:
+// stream B reads the cache (the append kernel copying it out, as copy-on-write and the attention op
+// read it) behind a ~0.3 s spin; stream A then appends last; the cache's last view dies at once.
+// The release must block until B's read has run (its event is complete when remove_view returns),
+// the read must see the right bytes, and nothing may fault.
+void test_release_waits_for_a_reader_on_another_stream(Report& r, std::mt19937& rng, cudaStream_t a) {
+  const CacheShape cs{8, 32, 128, 2};  // 64 KiB a token
+  const int64_t n = 256;               // 16 MiB
+  std::shared_ptr<SeqMajorCache> cache;
+  if (!r.ok(SeqMajorCache::create(kGpu, cs, CacheConfig{1024, 0}, &cache), "two_streams.create")) return;
+  cudaStream_t b = nullptr;
+  if (!cuda_ok(r, cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), "two_streams.stream_b")) return;
+  std::vector<uint8_t> ref(static_cast<size_t>(n * cs.token_bytes()));
+  GpuSource src(pvt_test::make_source(8, n, 32, 128, 2, pvt_test::kContiguous, 0, 0, rng));
+  if (!r.ok(append(*cache, src, 0, a, &ref, 0), "two_streams.write_on_a")) return;
+  if (!cuda_ok(r, cudaStreamSynchronize(a), "two_streams.sync_a")) return;
+
+  // Reader on B: spin, then copy the cache (seq-major [n, B, H, D]) out as [B, n, H, D].
+  void* out = nullptr;
+  if (!cuda_ok(r, cudaMalloc(&out, ref.size()), "two_streams.out")) return;
+  cudaEvent_t read_done = nullptr;
+  cudaEventCreateWithFlags(&read_done, cudaEventDisableTiming);
+  spin_kernel<<<1, 1, 0, b>>>(600000000LL);  // ~0.3 s at 2 GHz
+  AppendParams rd;
+  rd.dst = out; rd.src = cache->data();
+  rd.batch = 8; rd.tokens = n; rd.heads = 32; rd.head_dim = 128; rd.dst_pos = 0; rd.elem_bytes = 2;
+  const int64_t seq_major[4] = {32 * 128, 8 * 32 * 128, 128, 1};  // (b, t, h, d) strides of [t, b, h, d]
+  std::copy(seq_major, seq_major + 4, rd.src_stride);
+  // dst of the append kernel is seq-major too: out holds [n, B, H, D], the same bytes as `ref`.
+  if (!r.ok(append_tokens_cuda(rd, b), "two_streams.read_on_b")) return;
+  r.ok(cache->record_use(b), "two_streams.reader_records_use");  // what the attention op does
+  cudaEventRecord(read_done, b);
+
+  // A appends last, then every view dies: the release runs now, on the host.
+  GpuSource one(pvt_test::make_source(8, 1, 32, 128, 2, pvt_test::kContiguous, 0, 0, rng));
+  if (!r.ok(append(*cache, one, n, a, nullptr, n), "two_streams.append_on_a_last")) return;
+  cache->remove_view(n + 1);
+  r.eq(cache->mapped_bytes(), 0, "two_streams.released");
+  const cudaError_t q = cudaEventQuery(read_done);
+  r.check(q == cudaSuccess, "two_streams.release_waited_for_reader",
+          std::string("the read on stream B was still queued when the release returned: ") + cudaGetErrorName(q));
+  if (cuda_ok(r, cudaStreamSynchronize(b), "two_streams.no_fault")) {
+    std::vector<uint8_t> got(ref.size());
+    if (cuda_ok(r, cudaMemcpy(got.data(), out, got.size(), cudaMemcpyDeviceToHost), "two_streams.download")) {
+      const int64_t at = pvt_test::first_diff(got.data(), ref.data(), got.size());
+      r.check(at < 0, "two_streams.reader_saw_the_cache", "first difference at byte " + std::to_string(at));
+    }
+  }
+  cudaEventDestroy(read_done);
+  cudaFree(out);
+  cudaStreamDestroy(b);
+}
+
+// After fork() in a process that used CUDA, the child's CUDA calls fail with a clear error instead
+// of hanging; the parent is unaffected. A child that hangs is killed by its alarm and reported.
+void test_fork_child_gets_an_error(Report& r, std::mt19937& rng, cudaStream_t stream) {
+  const CacheShape cs{1, 32, 128, 2};
+  std::shared_ptr<SeqMajorCache> cache;
+  if (!r.ok(SeqMajorCache::create(kGpu, cs, CacheConfig{1024, 0}, &cache), "fork.create")) return;
+  GpuSource src(pvt_test::make_source(1, 300, 32, 128, 2, pvt_test::kContiguous, 0, 0, rng));
+  if (!r.ok(append(*cache, src, 0, stream, nullptr, 0), "fork.append_before")) return;
+  cuda_ok(r, cudaStreamSynchronize(stream), "fork.sync");
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(30);
+    int bad = 0;
+    const Status usable = check_device_usable(kGpu);
+    if (usable.code() != Code::kUnsupported || usable.message().find("fork") == std::string::npos) bad |= 1;
+    std::unique_ptr<Region> reg;
+    const Status created = Region::create(kGpu, 64 * kMiB, 0, &reg);
+    if (created.code() != Code::kUnsupported || created.message().find("fork") == std::string::npos) bad |= 2;
+    if (cache->begin_append(300, 300).code() != Code::kUnsupported) bad |= 4;  // needs a new chunk
+    cache->remove_view(300);  // release in the child: an error inside, never a hang
+    if (!check_device_usable(Device::host()).ok()) bad |= 8;
+    std::printf("info fork child: %s | %s\n", usable.to_string().c_str(), created.to_string().c_str());
+    std::fflush(stdout);
+    _exit(bad);
+  }
+  int status = 0;
+  if (!r.check(pid > 0 && waitpid(pid, &status, 0) == pid, "fork.child_ran")) return;
+  if (WIFSIGNALED(status)) {
+    r.check(false, "fork.child_did_not_hang", std::string("child killed by signal ") + strsignal(WTERMSIG(status)));
+    return;
+  }
+  r.check(WIFEXITED(status) && WEXITSTATUS(status) == 0, "fork.child_gets_clear_errors",
+          "child exit bits " + std::to_string(WEXITSTATUS(status)) +
+              " (1 check_device_usable, 2 Region::create, 4 begin_append, 8 host)");
+  // The parent still works, and its cache is intact.
+  r.ok(check_device_usable(kGpu), "fork.parent_still_usable");
+  GpuSource more(pvt_test::make_source(1, 300, 32, 128, 2, pvt_test::kContiguous, 0, 0, rng));
+  r.ok(append(*cache, more, 300, stream, nullptr, 300), "fork.parent_appends_after");
+  cuda_ok(r, cudaStreamSynchronize(stream), "fork.parent_sync");
+  cache->remove_view(600);
+}
+
 void test_kernel_errors(Report& r) {
   AppendParams p;
   int64_t dummy = 0;
@@ -353,6 +463,8 @@ int main() {
   test_oom(r, rng, stream);
   test_kernel_errors(r);
   test_unmap_waits(r, rng, stream);
+  test_fork_child_gets_an_error(r, rng, stream);
+  test_release_waits_for_a_reader_on_another_stream(r, rng, stream);
   cudaStreamDestroy(stream);
   const MemoryStats s = memory_stats(kGpu);
   r.eq(s.mapped_bytes, 0, "end.mapped_bytes_zero");

@@ -204,6 +204,170 @@ void test_variants(Report& r, std::mt19937& rng, cudaStream_t stream) {
   }
 }
 
+// Variable lengths (slot caches): entries read slots through kv_batch_index, per-slot lengths in
+// cache_seqlens, packed queries through cu_seqlens_q, mapped-token limits through kv_mapped, and the
+// lse output. The reference is independent of those fields: each entry is cut out on the host as a
+// dense problem (its slot's first n_b keys, its q_b queries, causal) and run through
+// decode_attention_cpu; the lse is summed in double here.
+struct VarlenCase {
+  std::string name;
+  int64_t slots, Smax, Hq, Hkv, D;
+  ScalarType dtype;
+  std::vector<int32_t> slot_of;   // kv_batch_index (empty: entry b reads slot b)
+  std::vector<int32_t> seqlens;   // cache_seqlens per slot (before this step's queries)
+  std::vector<int32_t> q_counts;  // queries per entry (packed when any differs from q_len)
+  int64_t q_len, kv_len;          // host-known upper bounds
+  std::vector<int32_t> mapped;    // kv_mapped per slot (empty: none given)
+  bool slot_major = true;         // [slots, Smax, H, D] storage; false: seq-major [Smax, slots, H, D]
+};
+
+void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t stream) {
+  const int64_t eb = elem_bytes(c.dtype), B = static_cast<int64_t>(c.q_counts.size());
+  const bool packed = std::any_of(c.q_counts.begin(), c.q_counts.end(), [&](int32_t n) { return n != c.q_len; });
+  std::vector<int32_t> cu(B + 1, 0);
+  for (int64_t b = 0; b < B; ++b) cu[b + 1] = cu[b] + c.q_counts[b];
+  const int64_t q_rows = packed ? cu[B] : B * c.q_len;
+  const int64_t kv_n = c.slots * c.Smax * c.Hkv * c.D, q_n = q_rows * c.Hq * c.D;
+  std::uniform_real_distribution<float> U(-1.f, 1.f);
+  std::vector<uint8_t> q(q_n * eb), k(kv_n * eb), v(kv_n * eb);
+  for (int64_t i = 0; i < q_n; ++i) put(q, i, c.dtype, 2.f * U(rng));
+  for (int64_t i = 0; i < kv_n; ++i) { put(k, i, c.dtype, U(rng)); put(v, i, c.dtype, U(rng)); }
+  int64_t ks[4];
+  if (c.slot_major) {
+    const int64_t st[4] = {c.Hkv * c.D, c.Smax * c.Hkv * c.D, c.D, 1};
+    std::copy(st, st + 4, ks);
+  } else {
+    const int64_t st[4] = {c.slots * c.Hkv * c.D, c.Hkv * c.D, c.D, 1};
+    std::copy(st, st + 4, ks);
+  }
+  auto slot = [&](int64_t b) { return c.slot_of.empty() ? b : static_cast<int64_t>(c.slot_of[b]); };
+
+  // Expected output (NaN where nothing is to be written is never compared: every row is an entry's).
+  std::vector<uint8_t> ref(q_n * eb, 0);
+  std::vector<double> ref_lse(q_rows * c.Hq, -INFINITY);
+  std::vector<bool> refused(B, false);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t s = slot(b), qb = c.q_counts[b], n = c.seqlens[s] + qb;
+    refused[b] = n > c.kv_len || (!c.mapped.empty() && n > c.mapped[s]);
+    if (qb == 0 || refused[b]) continue;  // refused: zeros, lse -inf
+    // Dense sub-problem: K/V [n, 1, Hkv, D] at the slot's storage, q [1, qb, Hq, D].
+    DecodeAttentionParams hp;
+    hp.batch = 1; hp.q_len = qb; hp.q_heads = c.Hq; hp.kv_heads = c.Hkv; hp.head_dim = c.D; hp.kv_len = n;
+    hp.dtype = c.dtype; hp.scale = 1.f / std::sqrt(static_cast<float>(c.D));
+    const int64_t row0 = packed ? cu[b] : b * c.q_len;
+    const int64_t qs[4] = {0, c.Hq * c.D, c.D, 1};
+    std::copy(qs, qs + 4, hp.q_stride);
+    std::copy(qs, qs + 4, hp.out_stride);
+    std::copy(ks, ks + 4, hp.k_stride);
+    std::copy(ks, ks + 4, hp.v_stride);
+    hp.q = q.data() + row0 * c.Hq * c.D * eb;
+    hp.out = ref.data() + row0 * c.Hq * c.D * eb;
+    hp.k = k.data() + s * ks[1] * eb;
+    hp.v = v.data() + s * ks[1] * eb;
+    if (!r.ok(decode_attention_cpu(hp), c.name + ".reference")) return;
+    for (int64_t t = 0; t < qb; ++t)
+      for (int64_t h = 0; h < c.Hq; ++h) {
+        const int64_t hk = h / (c.Hq / c.Hkv);
+        std::vector<double> sc;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < c.seqlens[s] + t + 1; ++j) {
+          double x = 0;
+          for (int64_t d = 0; d < c.D; ++d)
+            x += static_cast<double>(get(q, ((row0 + t) * c.Hq + h) * c.D + d, c.dtype)) *
+                 get(k, s * ks[1] + j * ks[0] + hk * ks[2] + d, c.dtype);
+          x /= std::sqrt(static_cast<double>(c.D));
+          sc.push_back(x);
+          mx = std::max(mx, x);
+        }
+        double sum = 0;
+        for (double x : sc) sum += std::exp(x - mx);
+        ref_lse[(row0 + t) * c.Hq + h] = mx + std::log(sum);
+      }
+  }
+
+  DevBuf dq(q.size()), dk(k.size()), dv(v.size()), dout(ref.size()), dlse(ref_lse.size() * 4);
+  DevBuf dcu(cu.size() * 4), dslot(std::max<size_t>(1, c.slot_of.size()) * 4), dlen(c.seqlens.size() * 4);
+  DevBuf dmapped(std::max<size_t>(1, c.mapped.size()) * 4), dflag(4);
+  cudaMemcpy(dq.ptr, q.data(), q.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dk.ptr, k.data(), k.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dv.ptr, v.data(), v.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dcu.ptr, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice);
+  if (!c.slot_of.empty()) cudaMemcpy(dslot.ptr, c.slot_of.data(), c.slot_of.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dlen.ptr, c.seqlens.data(), c.seqlens.size() * 4, cudaMemcpyHostToDevice);
+  if (!c.mapped.empty()) cudaMemcpy(dmapped.ptr, c.mapped.data(), c.mapped.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemset(dout.ptr, 0xff, ref.size());  // NaN: an unwritten output cannot pass
+  cudaMemset(dlse.ptr, 0xff, ref_lse.size() * 4);
+  cudaMemset(dflag.ptr, 0, 4);
+
+  DecodeAttentionParams p;
+  p.batch = B; p.q_len = c.q_len; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.kv_len;
+  p.dtype = c.dtype; p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
+  const int64_t qs[4] = {c.q_len * c.Hq * c.D, c.Hq * c.D, c.D, 1};
+  std::copy(qs, qs + 4, p.q_stride);
+  std::copy(qs, qs + 4, p.out_stride);
+  std::copy(ks, ks + 4, p.k_stride);
+  std::copy(ks, ks + 4, p.v_stride);
+  p.q = dq.ptr; p.k = dk.ptr; p.v = dv.ptr; p.out = dout.ptr;
+  p.cu_seqlens_q = packed ? static_cast<int32_t*>(dcu.ptr) : nullptr;
+  p.kv_batch_index = c.slot_of.empty() ? nullptr : static_cast<int32_t*>(dslot.ptr);
+  p.cache_seqlens = static_cast<int32_t*>(dlen.ptr);
+  p.kv_mapped = c.mapped.empty() ? nullptr : static_cast<int32_t*>(dmapped.ptr);
+  p.error_flag = static_cast<int32_t*>(dflag.ptr);
+  p.lse = static_cast<float*>(dlse.ptr);
+  const size_t wsb = decode_attention_cuda_workspace_bytes(p);
+  DevBuf ws(wsb);
+  p.workspace = wsb ? ws.ptr : nullptr;
+  p.workspace_bytes = wsb;
+  if (!r.ok(decode_attention_cuda(p, stream), c.name + ".launch")) return;
+  const cudaError_t e = cudaStreamSynchronize(stream);
+  if (!r.check(e == cudaSuccess, c.name + ".sync", cudaGetErrorString(e))) return;
+  std::vector<uint8_t> got(ref.size());
+  std::vector<float> got_lse(ref_lse.size());
+  int32_t flag = -1;
+  cudaMemcpy(got.data(), dout.ptr, got.size(), cudaMemcpyDeviceToHost);
+  cudaMemcpy(got_lse.data(), dlse.ptr, got_lse.size() * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(&flag, dflag.ptr, 4, cudaMemcpyDeviceToHost);
+
+  float worst = 0.f, ref_mag = 0.f;
+  for (int64_t i = 0; i < q_n; ++i) {
+    const float a = get(got, i, c.dtype), b = get(ref, i, c.dtype);
+    ref_mag = std::max(ref_mag, std::fabs(b));
+    worst = std::max(worst, std::isfinite(a) ? std::fabs(a - b) : INFINITY);
+  }
+  double lse_worst = 0;
+  for (size_t i = 0; i < ref_lse.size(); ++i) {
+    const double a = got_lse[i], b = ref_lse[i];
+    const double err = std::isinf(b) ? (a == b ? 0.0 : INFINITY) : (std::isfinite(a) ? std::fabs(a - b) : INFINITY);
+    lse_worst = std::max(lse_worst, err);
+  }
+  const bool any_refused = std::any_of(refused.begin(), refused.end(), [](bool x) { return x; });
+  const float tol = tolerance(c.dtype) * std::max(1.f, ref_mag);
+  char why[256];
+  std::snprintf(why, sizeof(why), "max |cuda - ref| = %.3g (tol %.3g), lse max err %.3g, error_flag %d (want %d), ws %zu B",
+                worst, tol, lse_worst, flag, any_refused ? 1 : 0, wsb);
+  r.check(worst <= tol && lse_worst <= 2e-3 && flag == (any_refused ? 1 : 0), c.name, why);
+}
+
+void test_varlen(Report& r, std::mt19937& rng, cudaStream_t stream) {
+  const ScalarType f16 = ScalarType::kFloat16, bf16 = ScalarType::kBFloat16, f32 = ScalarType::kFloat32;
+  std::vector<VarlenCase> cs = {
+      // Decode (one query per entry): slots read out of order, lengths 0 .. 4999 under a bound of 5000.
+      {"decode.slots.gqa.fp16", 5, 5000, 8, 2, 128, f16, {3, 0, 4, 1}, {700, 4999 - 1, 0, 37, 2500}, {1, 1, 1, 1}, 1, 5000, {}, true},
+      {"decode.slots.mha.bf16", 4, 3000, 4, 4, 128, bf16, {}, {2999, 1, 1500, 64}, {1, 1, 1, 1}, 1, 3000, {}, true},
+      {"decode.seq_major.fp32", 3, 900, 4, 2, 64, f32, {}, {899, 10, 450}, {1, 1, 1}, 1, 900, {}, false},
+      // Packed queries (chunked prefill / speculative verify): 3, 0, 2 and 4 new tokens per entry.
+      {"packed.gqa.fp16", 4, 2048, 8, 2, 128, f16, {2, 0, 3, 1}, {100, 2000, 7, 1000}, {3, 0, 2, 4}, 4, 2048, {}, true},
+      {"packed.mha.bf16.d64", 3, 600, 4, 4, 64, bf16, {}, {0, 300, 590}, {5, 1, 3}, 5, 600, {}, true},
+      // Refusals: entry 1 reads past its slot's mapped tokens, entry 2 past the host's bound.
+      {"refused.mapped_and_bound.fp16", 3, 1024, 4, 2, 128, f16, {}, {500, 900, 1023}, {1, 1, 2}, 2, 1024,
+       {1024, 512, 1024}, true},
+  };
+  for (VarlenCase& c : cs) {
+    c.name = "varlen." + c.name;
+    run_varlen(r, c, rng, stream);
+  }
+}
+
 // K/V that live in SeqMajorCaches (VM-mapped, filled by append_tokens_cuda), checked against the
 // host reference over the same tokens.
 void test_in_cache(Report& r, std::mt19937& rng, cudaStream_t stream) {
@@ -223,7 +387,7 @@ void test_in_cache(Report& r, std::mt19937& rng, cudaStream_t stream) {
   cudaMemcpy(dv.ptr, v.data(), v.size(), cudaMemcpyHostToDevice);
   cudaMemcpy(dq.ptr, q.data(), q.size(), cudaMemcpyHostToDevice);
   for (auto [cache, src] : {std::make_pair(kc.get(), dk.ptr), std::make_pair(vc.get(), dv.ptr)}) {
-    if (!r.ok(cache->begin_append(0, S, stream), "cache.begin_append")) return;
+    if (!r.ok(cache->begin_append(0, S), "cache.begin_append")) return;
     AppendParams a;
     a.dst = cache->data(); a.src = src; a.batch = B; a.tokens = S; a.heads = Hkv; a.head_dim = D;
     a.dst_pos = 0; a.elem_bytes = 2;
@@ -285,6 +449,11 @@ void test_errors(Report& r) {
   p.dtype = ScalarType::kFloat16;
   p.kv_len = 1 << 20;  // long enough to split: a missing workspace must be refused
   r.code(decode_attention_cuda(p, nullptr), Code::kInvalidArgument, "errors.missing_workspace");
+  p.kv_len = 10;
+  p.mask = &dummy;
+  int32_t lens[1] = {3};
+  p.cache_seqlens = lens;
+  r.code(decode_attention_cuda(p, nullptr), Code::kInvalidArgument, "errors.mask_with_varlen");
 }
 
 // Bandwidth: bytes of K+V read per call / time per call, K/V in SeqMajorCaches.
@@ -314,8 +483,8 @@ void bench(Report& r, cudaStream_t stream) {
     std::shared_ptr<SeqMajorCache> kc, vc;
     if (!r.ok(SeqMajorCache::create(kGpu, shape, CacheConfig{max_s, 0}, &kc), "bench.create_k") ||
         !r.ok(SeqMajorCache::create(kGpu, shape, CacheConfig{max_s, 0}, &vc), "bench.create_v") ||
-        !r.ok(kc->begin_append(0, max_s, stream), "bench.map_k") ||
-        !r.ok(vc->begin_append(0, max_s, stream), "bench.map_v"))
+        !r.ok(kc->begin_append(0, max_s), "bench.map_k") ||
+        !r.ok(vc->begin_append(0, max_s), "bench.map_v"))
       return;
     cudaMemsetAsync(kc->data(), 0, max_s * shape.token_bytes(), stream);  // defined values (zeros)
     cudaMemsetAsync(vc->data(), 0, max_s * shape.token_bytes(), stream);
@@ -373,6 +542,7 @@ int main(int argc, char** argv) {
     test_matrix(r, rng, stream);
     test_variants(r, rng, stream);
     test_in_cache(r, rng, stream);
+    test_varlen(r, rng, stream);
     test_errors(r);
   }
   if (run_bench) bench(r, stream);

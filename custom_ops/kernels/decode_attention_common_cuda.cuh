@@ -1,0 +1,148 @@
+// Device helpers shared by the decode attention kernels (decode_attention_cuda.cu and
+// decode_attention_rows_cuda.cuh): conversions, 16-byte chunk loads, what an entry of a
+// variable-length batch sees, the partial-softmax merge and the final write of a row.
+// Internal to the CUDA build of the kernels; include only from .cu files compiled by nvcc.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "decode_attention.h"
+
+namespace pvt {
+namespace decode_cuda {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+
+template <typename T> __device__ __forceinline__ float to_float(T x);
+template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Additive mask value: bool false -> -inf.
+__device__ __forceinline__ float mask_value(const void* mask, int64_t i, ScalarType t) {
+  switch (t) {
+    case ScalarType::kBool: return static_cast<const uint8_t*>(mask)[i] ? 0.f : -INFINITY;
+    case ScalarType::kFloat32: return static_cast<const float*>(mask)[i];
+    case ScalarType::kFloat16: return __half2float(static_cast<const __half*>(mask)[i]);
+    case ScalarType::kBFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(mask)[i]);
+  }
+  return 0.f;
+}
+
+// One chunk as it comes from memory: 16 bytes, or one element on the scalar path.
+template <typename T, int VEC>
+using Raw = std::conditional_t<VEC * sizeof(T) == 16, uint4, T>;
+
+template <typename T, int VEC>
+__device__ __forceinline__ Raw<T, VEC> load_raw(const T* p) {
+  if constexpr (VEC * sizeof(T) == 16) {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+  } else {
+    static_assert(VEC == 1, "vector loads are 16 bytes or one element");
+    return p[0];
+  }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void unpack(const Raw<T, VEC> raw_in, float* dst) {
+  // By value: a chunk in shared memory is read as ONE 16-byte load, then split in registers (an
+  // element-wise read through a T* costs 8 shared loads per chunk). Word by word: bf16 is the high
+  // half of a float (exact, integer ops), fp16 goes through the paired half2 -> float2 conversion.
+  if constexpr (VEC * sizeof(T) == 16) {
+    const uint4 raw = raw_in;
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (std::is_same_v<T, float>) {
+        dst[i] = __uint_as_float(w[i]);
+      } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        dst[2 * i] = __uint_as_float(w[i] << 16);
+        dst[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      } else {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+        dst[2 * i] = f.x;
+        dst[2 * i + 1] = f.y;
+      }
+    }
+  } else {
+    dst[0] = to_float(raw_in);
+  }
+}
+
+struct Workspace {
+  float* acc = nullptr;  // [splits, rows_total, D]
+  float* ml = nullptr;   // [splits, rows_total, 2]: running max, sum
+};
+
+// What one entry b sees, from the optional variable-length arrays (decode_attention.h).
+struct Entry {
+  int64_t q_begin = 0;  // first packed query row (cu_seqlens_q) or b * Tq
+  int64_t q_count = 0;  // query rows of this entry
+  int64_t kv_row = 0;   // the cache row (slot) it reads
+  int64_t past = 0;     // keys before this step's queries: query t sees keys s < past + t + 1
+  int64_t n = 0;        // keys it reads (0 when refused)
+  bool refused = false; // past the mapped tokens or the host's bound: zeros, lse -inf, error flag
+};
+
+__device__ __forceinline__ Entry entry_of(const DecodeAttentionParams& p, int64_t b) {
+  Entry e;
+  if (p.mask != nullptr) {  // masked (no varlen fields allowed): every key of kv_len, the mask decides
+    e.q_begin = b * p.q_len;
+    e.q_count = p.q_len;
+    e.kv_row = b;
+    e.n = p.kv_len;
+    e.past = p.kv_len - p.q_len;
+    return e;
+  }
+  e.q_begin = p.cu_seqlens_q ? p.cu_seqlens_q[b] : b * p.q_len;
+  e.q_count = p.cu_seqlens_q ? p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] : p.q_len;
+  e.kv_row = p.kv_batch_index ? p.kv_batch_index[b] : b;
+  e.past = p.cache_seqlens ? p.cache_seqlens[e.kv_row] : p.kv_len - e.q_count;
+  e.n = e.past + e.q_count;
+  // Lengths the host's plan does not cover (kv_len is the bound that sized the splits), negative
+  // ones, more queries than q_len, or keys past the mapped memory: never read.
+  e.refused = e.q_count < 0 || e.q_count > p.q_len || e.past < 0 || e.n > p.kv_len ||
+              (p.kv_mapped != nullptr && e.n > p.kv_mapped[e.kv_row]);
+  if (e.refused) e.n = 0;
+  return e;
+}
+
+// Merge (m_b, l_b, acc_b) into (m, l, acc): both are softmax partials over disjoint key sets.
+__device__ __forceinline__ void merge_scales(float m, float m_b, float* ca, float* cb, float* m_new) {
+  *m_new = fmaxf(m, m_b);
+  if (*m_new == -INFINITY) {
+    *ca = 0.f;
+    *cb = 0.f;
+  } else {
+    *ca = __expf(m - *m_new);
+    *cb = __expf(m_b - *m_new);
+  }
+}
+
+// Writes one finished row: out = acc / sum (zeros when the row saw nothing), lse = m + log(sum).
+template <typename T>
+__device__ __forceinline__ void write_row(const DecodeAttentionParams& p, const Entry& e, int64_t b, int64_t t, int64_t h,
+                                          int64_t d, float mx, float sum, float a) {
+  T* out = static_cast<T*>(p.out);
+  const bool seen = sum > 0.f && !e.refused;
+  const int64_t prow = e.q_begin + t;  // packed row when cu_seqlens_q is given
+  const int64_t o = p.cu_seqlens_q ? prow * p.out_stride[1] + h * p.out_stride[2] + d * p.out_stride[3]
+                                   : b * p.out_stride[0] + t * p.out_stride[1] +
+                                         h * p.out_stride[2] + d * p.out_stride[3];
+  out[o] = from_float<T>(seen ? a / sum : 0.f);
+  if (p.lse != nullptr && d == 0) p.lse[prow * p.q_heads + h] = seen ? mx + logf(sum) : -INFINITY;
+}
+
+}  // namespace decode_cuda
+}  // namespace pvt

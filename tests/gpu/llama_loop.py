@@ -1,0 +1,243 @@
+"""A Llama-shaped decode loop on one GPU, three ways in one process (issue 9, points 2 and 3).
+
+Llama-2-7B dimensions (32 layers, hidden 4096, MLP 11008, 32 heads of 128) or the Llama-3-8B-like GQA
+variant (8 kv heads), fp16, random weights, real GEMMs (fused qkv, o, gate+up, down; SiLU-gated MLP).
+Per decode step, one new token per sequence:
+  (a) cat     K/V [B, Hkv, S, D] grown by torch.cat each step + the best SDPA backend
+  (b) static  preallocated [B, Hkv, S_max, D] written by index + the best SDPA over the filled prefix
+  (c) ours    SeqMajorCache per layer (VM reservation, chunks mapped as the cache grows), the token
+              appended in place by append_tokens_cuda, attention by decode_attention_cuda
+  (c) graph   (c)'s whole step (32 layers) captured once in a CUDA graph and replayed: lengths live on
+              the device (cache_seqlens, advanced inside the graph), the token written at a device
+              position into the same VM cache; the cache's base never moves, chunks are mapped on the
+              host between replays.
+Each: `steps` decode steps from `ctx` tokens, median ms/step of the timed steps (after 2 warm-up
+steps), peak memory = PyTorch's peak allocated above the weights + our mapped bytes.
+Usage: python3 tests/gpu/llama_loop.py OUT.json [--kv-heads 32|8] [--quick]
+"""
+import json
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import build  # noqa: E402
+
+L, HID, MLP, H, D = 32, 4096, 11008, 32, 128
+dev, dt = "cuda", torch.float16
+
+
+def weights(kvh):
+    g = torch.Generator(device=dev).manual_seed(0)
+    def w(*shape):  # scaled by 1/sqrt(fan_in): activations stay O(1) through 32 layers
+        return torch.randn(*shape, device=dev, dtype=dt, generator=g) * shape[0] ** -0.5
+    return [dict(qkv=w(HID, (H + 2 * kvh) * D), o=w(H * D, HID), up=w(HID, 2 * MLP), down=w(MLP, HID)) for _ in range(L)]
+
+
+def rms_norm(x):  # Llama's RMSNorm (unit weight)
+    return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
+
+
+def layer(x, w, attend, kvh):
+    B = x.shape[0]
+    qkv = rms_norm(x) @ w["qkv"]
+    q = qkv[:, :H * D].view(B, 1, H, D)
+    k = qkv[:, H * D:(H + kvh) * D].view(B, 1, kvh, D)
+    v = qkv[:, (H + kvh) * D:].view(B, 1, kvh, D)
+    a = attend(q, k, v).reshape(B, H * D)
+    x = x + a @ w["o"]
+    g, u = (rms_norm(x) @ w["up"]).chunk(2, dim=-1)
+    return x + (F.silu(g) * u) @ w["down"]
+
+
+def sdpa(q, K, V, kvh):  # q [B,1,H,D]; K, V [B,Hkv,S,D]
+    return F.scaled_dot_product_attention(q.transpose(1, 2), K, V, enable_gqa=kvh != H).transpose(1, 2)
+
+
+def prompt_kv(i, B, kvh, ctx):
+    """Layer i's prompt K and V, [B, Hkv, ctx, D]: the same values for every mode."""
+    g = torch.Generator(device=dev).manual_seed(1000 + i)
+    return [torch.randn(B, kvh, ctx, D, device=dev, dtype=dt, generator=g) for _ in range(2)]
+
+
+def static_len(B, kvh, ctx, steps):
+    """What a static cache holds: room for 16k-token sequences, or less when that does not fit."""
+    per_token = L * 2 * B * kvh * D * 2
+    return max(ctx + steps + 8, min(16384 + 64, (48 * 2**30) // per_token))
+
+
+def run(ext, W, kvh, B, ctx, mode, steps):
+    """Returns (median ms per step, peak GiB above the weights, the last step's output)."""
+    cap = ctx + steps + 8
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    mapped0 = ext.mapped_bytes_total()
+    pos = [ctx]
+    state = {}
+    if mode == "cat":
+        kv = [prompt_kv(i, B, kvh, ctx) for i in range(L)]
+        def make(i):
+            def attend(q, k, v):
+                kv[i][0] = torch.cat([kv[i][0], k.transpose(1, 2)], 2)
+                kv[i][1] = torch.cat([kv[i][1], v.transpose(1, 2)], 2)
+                return sdpa(q, kv[i][0], kv[i][1], kvh)
+            return attend
+    elif mode == "static":
+        kv = []
+        smax = static_len(B, kvh, ctx, steps)
+        for i in range(L):
+            kc = torch.empty(B, kvh, smax, D, device=dev, dtype=dt)
+            vc = torch.empty_like(kc)
+            pk, pv = prompt_kv(i, B, kvh, ctx)
+            kc[:, :, :ctx].copy_(pk)
+            vc[:, :, :ctx].copy_(pv)
+            del pk, pv
+            kv.append([kc, vc])
+        def make(i):
+            def attend(q, k, v):
+                p = pos[0]
+                kv[i][0][:, :, p:p + 1].copy_(k.transpose(1, 2))
+                kv[i][1][:, :, p:p + 1].copy_(v.transpose(1, 2))
+                return sdpa(q, kv[i][0][:, :, :p + 1], kv[i][1][:, :, :p + 1], kvh)
+            return attend
+    else:  # ours, ours_graph
+        caches = []
+        for i in range(L):
+            pair = []
+            for src in prompt_kv(i, B, kvh, ctx):
+                # Reserve (virtual only) what the static cache holds; map as tokens arrive.
+                c = ext.Cache(B, kvh, D, "float16", static_len(B, kvh, ctx, steps))
+                c.begin_append(0, ctx)  # the prompt's tokens (a prefill would append them)
+                c.tensor()[:ctx].copy_(src.permute(2, 0, 1, 3))
+                pair.append(c)
+            caches.append(pair)
+        views = [[c.tensor() for c in pair] for pair in caches]  # [cap, B, Hkv, D] each
+        out = torch.empty(B, 1, H, D, device=dev, dtype=dt)
+        qs = torch.empty(B, 1, H, D, device=dev, dtype=dt)
+        ws_len = cap if mode == "ours_graph" else None
+        lens = torch.full((B,), ctx, dtype=torch.int32, device=dev)  # before this step's token
+        wpos = torch.full((1,), ctx, dtype=torch.int64, device=dev)
+        ws = torch.empty(max(ext.workspace_bytes(qs, views[0][0], views[0][1], out, cap, lens),
+                             ext.workspace_bytes(qs, views[0][0], views[0][1], out, cap)),
+                         dtype=torch.uint8, device=dev)
+        state.update(caches=caches, lens=lens, wpos=wpos)
+        def make(i):
+            def attend(q, k, v):
+                o = torch.empty(B, 1, H, D, device=dev, dtype=dt)
+                if mode == "ours":
+                    p = pos[0]
+                    for c, src in zip(caches[i], (k, v)):
+                        c.begin_append(p, 1)  # maps a chunk when the token crosses into one
+                        ext.append(c, src, p)
+                        c.remove_view(p)      # the previous step's view is gone (as in the adapter)
+                    ext.attention(q, views[i][0], views[i][1], o, p + 1, ws)
+                else:  # graph: positions and lengths from the device
+                    views[i][0].index_copy_(0, wpos, k.transpose(0, 1))
+                    views[i][1].index_copy_(0, wpos, v.transpose(0, 1))
+                    ext.attention(q, views[i][0], views[i][1], o, ws_len, ws, lens)
+                return o
+            return attend
+    fns = [make(i) for i in range(L)]
+    x = torch.randn(B, HID, device=dev, dtype=dt, generator=torch.Generator(device=dev).manual_seed(1))
+
+    def step():
+        y = x
+        for i in range(L):
+            y = layer(y, W[i], fns[i], kvh)
+        if mode == "ours_graph":
+            state["lens"].add_(1)
+            state["wpos"].add_(1)
+        return y
+
+    graph = None
+    if mode == "ours_graph":
+        for pair in state["caches"]:  # map what the captured steps will write (host side, before)
+            for c in pair:
+                c.begin_append(ctx, steps + 1)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm-up outside the graph (lazy init), then restore lengths
+            step()
+        torch.cuda.current_stream().wait_stream(s)
+        state["lens"].fill_(ctx)
+        state["wpos"].fill_(ctx)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y_graph = step()
+    times = []
+    y = None
+    for _ in range(steps):
+        e0, e1 = torch.cuda.Event(True), torch.cuda.Event(True)
+        e0.record()
+        if graph is not None:
+            graph.replay()
+            y = y_graph
+        else:
+            y = step()
+        e1.record()
+        torch.cuda.synchronize()
+        times.append(e0.elapsed_time(e1))
+        pos[0] += 1
+    times = sorted(times[2:])
+    peak = (torch.cuda.max_memory_allocated() - base + ext.mapped_bytes_total() - mapped0) / 2**30
+    return times[len(times) // 2], peak, y.float().clone()
+
+
+def main():
+    out_path = sys.argv[1]
+    kvh = int(sys.argv[sys.argv.index("--kv-heads") + 1]) if "--kv-heads" in sys.argv else 32
+    quick = "--quick" in sys.argv
+    ext = build.load()
+    torch.manual_seed(0)
+    W = weights(kvh)
+    rows = []
+    steps = 8 if quick else 12
+    with torch.no_grad():
+        for B in ((8,) if quick else (1, 8, 32)):
+            for ctx in ((4096,) if quick else (1024, 4096, 16384)):
+                if B * ctx * L * 2 * kvh * D * 2 > 40 * 2**30:
+                    continue  # the cat path holds two copies while it grows: stay inside the GPU
+                r = {"kv_heads": kvh, "B": B, "ctx": ctx, "steps": steps,
+                     "static_len": static_len(B, kvh, ctx, steps)}
+                ys = {}
+                for mode in ("cat", "static"):
+                    best = None
+                    for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+                        try:
+                            with sdpa_kernel(be):
+                                ms, peak, y = run(ext, W, kvh, B, ctx, mode, steps)
+                        except Exception as ex:
+                            r[f"{mode}_{name}_error"] = str(ex).split("\n")[0][:100]
+                            continue
+                        r[f"{mode}_{name}_ms"] = round(ms, 3)
+                        ys[mode] = y
+                        if best is None or ms < best[0]:
+                            best = (ms, peak, name)
+                    r[f"{mode}_ms"], r[f"{mode}_peak_gib"], r[f"{mode}_sdpa"] = round(best[0], 3), round(best[1], 3), best[2]
+                for mode in ("ours", "ours_graph"):
+                    ms, peak, y = run(ext, W, kvh, B, ctx, mode, steps)
+                    ys[mode] = y
+                    r[f"{mode}_ms"], r[f"{mode}_peak_gib"] = round(ms, 3), round(peak, 3)
+                # Same prompt, weights and tokens: the last step's hidden state must agree.
+                for mode in ("cat", "ours", "ours_graph"):
+                    r[f"maxdiff_{mode}_vs_static"] = float((ys[mode] - ys["static"]).abs().max())
+                r["hidden_absmax"] = float(ys["static"].abs().max())
+                for mode in ("cat", "static", "ours", "ours_graph"):
+                    r[f"{mode}_tok_s"] = round(B * 1e3 / r[f"{mode}_ms"], 1)
+                r["ours_speedup_vs_cat"] = round(r["cat_ms"] / r["ours_ms"], 3)
+                r["ours_vs_static"] = round(r["ours_ms"] / r["static_ms"], 3)
+                r["graph_vs_static"] = round(r["ours_graph_ms"] / r["static_ms"], 3)
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+    with open(out_path, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "kv_heads": kvh,
+                   "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Sequence-parallel decode across 2 CPU processes (paddle.distributed, gloo): every step's merged
+output equals attention over the whole cache in one process; bad calls fail on every rank alike and
+change nothing. The ranks run tests/distributed_sp_worker.py."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import paddle_vtensor as pvt
+from paddle_vtensor.distributed import balanced_split
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_balanced_split_gives_each_token_to_the_rank_with_fewest():
+    assert balanced_split([0, 0], 5).tolist() == [3, 2]
+    assert balanced_split([4, 1, 2], 1).tolist() == [0, 1, 0]
+    assert balanced_split([4, 1, 2], 4).tolist() == [0, 3, 1]  # 4, 4, 3 after
+    assert balanced_split([3, 3], 1).tolist() == [1, 0]       # a tie goes to the lowest rank
+    rng = np.random.default_rng(0)
+    tokens = np.zeros(3, np.int64)
+    for n in rng.integers(1, 9, size=50):
+        tokens += balanced_split(tokens, n)
+        assert tokens.max() - tokens.min() <= 1
+
+
+def launch(tmp_path, *dtypes):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
+           str(tmp_path / "log"), os.path.join(HERE, "distributed_sp_worker.py"), str(tmp_path), *dtypes]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    logs = "".join(p.read_text()[-3000:] for p in sorted((tmp_path / "log").glob("workerlog.*")))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def test_two_ranks_match_one_process_every_step(tmp_path):
+    pvt._ops.load()  # build once here, not in both ranks at once
+    dtypes = ["float32", "bfloat16"]
+    ranks = launch(tmp_path, *dtypes)  # one launch, both dtypes: process start-up dominates
+    for r, dtype in [(r, d) for r in range(2) for d in dtypes]:
+        rec = ranks[r][dtype]
+        assert rec["checked"] == 2 * 2 * 33, rec  # two runs x 2 layers x 33 steps
+        assert rec["ranks_agree"], rec
+        assert rec["max_err_vs_op"] <= rec["atol"], rec
+        assert rec["max_err_vs_numpy"] <= rec["atol"], rec
+        st = rec["stats"]
+        assert st["rank"] == r and st["world"] == 2
+        assert sum(st["tokens_per_rank"]) == st["length"] == 2 * (5 + 14 + 3 + 10 + 4 + 6)
+        assert abs(st["tokens_per_rank"][0] - st["tokens_per_rank"][1]) <= 1  # balanced
+        assert st["tokens"] == st["tokens_per_rank"][r] and st["mapped_bytes"] > 0
+        errors = rec["errors"]
+        assert "world_size=3 but the group has 2 ranks" in errors["world_size"]
+        for case in ("heads_mismatch", "q_heads_mismatch", "dim_mismatch", "bad_layer_one_rank", "heads_vs_cache"):
+            assert "no cache changed" in errors[case], (case, errors[case])
+            assert errors[case + "_unchanged"], case
+        assert "disagree: q_heads per rank [4, 8]" in errors["q_heads_mismatch"]
+        assert "rank(s) [1] refused" in errors["bad_layer_one_rank"] or r == 1
+        # Each rank maps only its own part: its tokens' rows, in whole 4 KiB chunks, per K/V and layer.
+        row_bytes = 2 * 2 * 16 * {"float32": 4, "bfloat16": 2}[dtype]  # B x Hkv x D x element
+        assert st["mapped_bytes"] == 2 * 2 * -(-st["tokens"] * row_bytes // 4096) * 4096, st
+        assert st["tokens"] < st["length"]
+
+
+def test_llama_across_two_ranks_gives_the_one_process_tokens(tmp_path):
+    """A tiny PaddleNLP llama decoding with its cache split over 2 processes: greedy tokens identical
+    to PaddleNLP's own generate() in one process; the cache balanced across the ranks."""
+    out = tmp_path / "sp.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "paddle_vtensor", "sp-decode", "--tiny", "--device", "cpu",
+                           "--json", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["tokens_identical"] and result["ranks_agree"]
+    per_rank = result["per_rank"]
+    assert [r["rank"] for r in per_rank] == [0, 1]
+    assert sum(r["cache_tokens"] for r in per_rank) == result["cache_tokens_total"] == 13 + 24 - 1
+    assert abs(per_rank[0]["cache_tokens"] - per_rank[1]["cache_tokens"]) <= 1
+    # Memory follows each rank's own part: what its tokens need, rounded up to whole chunks per cache.
+    c = result["config"]
+    layers, chunk = c["shape"]["layers"], c["chunk_bytes"]
+    token_bytes = c["batch"] * c["shape"]["kv_heads"] * (c["shape"]["hidden_size"] // c["shape"]["heads"]) * 4
+    for r in per_rank:
+        need = r["cache_tokens"] * token_bytes
+        assert r["mapped_bytes"] == 2 * layers * (-(-need // chunk) * chunk), r

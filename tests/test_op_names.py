@@ -1,0 +1,73 @@
+"""The op, attribute and pass names the PIR pass (passes/) and the ops (custom_ops/paddle/) share
+come from one header, custom_ops/op_names.h: every name there is what the loaded extension
+registers, and no other C++ file spells one of them as a string literal."""
+import glob
+import os
+import re
+
+import pytest
+from conftest import ROOT
+
+HEADER = os.path.join(ROOT, "custom_ops", "op_names.h")
+
+
+def _header():
+    with open(HEADER) as f:
+        text = f.read()
+    ops = dict(re.findall(r"#define (PVT_OP_\w+) (\w+)", text))
+    attrs = dict(re.findall(r'#define (PVT_ATTR_\w+) "(\w+)"', text))
+    passes = dict(re.findall(r"#define (PVT_PASS_\w+) (\w+)", text))
+    return text, ops, attrs, passes
+
+
+def _registered_attrs(op: str) -> list[str]:
+    from paddle.utils.cpp_extension.extension_utils import parse_op_info
+
+    _inputs, attrs, _outputs = parse_op_info(op)
+    return attrs
+
+
+def test_every_op_in_the_header_is_registered_with_header_attributes(ops):
+    _, names, attrs, _ = _header()
+    assert set(names.values()) == {"vtensor_append", "vtensor_reserve_one_token", "vtensor_truncate",
+                                   "vtensor_decode_attention_lse", "vtensor_merge_attention_states",
+                                   "vtensor_slot_attention", "vtensor_slot_cache", "vtensor_slot_errors",
+                                   "vtensor_speculative_accept",
+                                   "vtensor_from_dense", "vtensor_decode_attention"}
+    header_attrs = set(attrs.values())
+    for op in names.values():
+        assert callable(getattr(ops, op, None)), f"{op} is not an op of the loaded extension"
+        registered = _registered_attrs(op)
+        assert set(registered) <= header_attrs, (op, registered)
+    assert _registered_attrs("vtensor_append") == ["max_seq_len", "chunk_bytes"]
+    assert _registered_attrs("vtensor_truncate") == ["seq_len"]
+    assert _registered_attrs("vtensor_decode_attention") == ["scale"]
+
+
+def test_the_pass_in_the_header_is_registered(ops):
+    import paddle
+
+    from paddle_vtensor import passes
+
+    _, _, _, pass_names = _header()
+    assert list(pass_names.values()) == [passes.PASS_NAME]
+    paddle.pir.PassManager().add_pass(passes.PASS_NAME, {})  # raises when no pass has that name
+
+
+@pytest.mark.parametrize("folder", ["passes", os.path.join("custom_ops", "paddle")])
+def test_no_other_file_spells_a_shared_name(folder):
+    _, ops, attrs, pass_names = _header()
+    spelled = set(ops.values()) | set(attrs.values()) | set(pass_names.values())
+    files = glob.glob(os.path.join(ROOT, folder, "*.cc")) + glob.glob(os.path.join(ROOT, folder, "*.h"))
+    assert files
+    offenders = []
+    for path in files:
+        with open(path) as f:
+            code = "\n".join(line.split("//", 1)[0] for line in f)  # comments may name them
+        for literal in re.findall(r'"([^"\\]*)"', code):
+            for name in spelled:
+                if re.fullmatch(rf"{name}(:.*)?", literal.strip()):
+                    offenders.append(f"{os.path.relpath(path, ROOT)}: \"{literal}\"")
+        if "PD_BUILD_OP(" in code or "REGISTER_IR_PASS(" in code.replace("PVT_REGISTER_IR_PASS(", ""):
+            offenders.append(f"{os.path.relpath(path, ROOT)}: registers by a literal name, not PVT_BUILD_OP")
+    assert not offenders, offenders
