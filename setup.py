@@ -15,7 +15,7 @@ import os
 import re
 import sys
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
@@ -57,7 +57,8 @@ setup(
     name="paddle-vtensor",
     version=_version(),
     description="KV caches that grow in place in virtual memory, for PaddlePaddle",
-    packages=find_packages(include=["paddle_vtensor", "paddle_vtensor.*"]),
+    # Namespace-style: paddle_vtensor/tools has no __init__.py.
+    packages=find_namespace_packages(include=["paddle_vtensor", "paddle_vtensor.*"], exclude=["*.__pycache__"]),
     python_requires=">=3.9",
     install_requires=["numpy"],
     cmdclass={"build_py": BuildPyWithOps},
