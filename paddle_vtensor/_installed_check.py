@@ -1,6 +1,8 @@
-"""Exit 0 when the ops installed by setup_ops.py were built from the sources in this tree, else 1.
+"""Is there a built ops library that matches this tree? ``python -m paddle_vtensor._installed_check``
+exits 0 when either the package's own library (``pip install --no-build-isolation .``, see
+_packaged.py) or the extension of ``setup_ops.py install`` matches, else 1.
 
-Used by scripts/setup.sh to skip a rebuild, and by _ops.py to refuse a stale installed build."""
+Used by scripts/setup.sh to skip a rebuild, and by _ops.py to refuse a stale setup_ops.py build."""
 from __future__ import annotations
 
 import importlib.util
@@ -41,7 +43,18 @@ def installed_is_current() -> bool:
     return library_digest(path) == "d" + _build.source_digest(_build.with_cuda())
 
 
+def describe() -> tuple[bool, str]:
+    from . import _packaged
+
+    folder, why = _packaged.find()
+    if folder:
+        return True, f"paddle_vtensor ops: the package's library in {folder} is current"
+    if installed_is_current():
+        return True, f"paddle_vtensor ops: the setup_ops.py build {installed_library()} is current"
+    return False, "paddle_vtensor ops: not installed or stale" + (f" ({why})" if why else "")
+
+
 if __name__ == "__main__":
-    ok = installed_is_current()
-    print("paddle_vtensor ops: installed build is current" if ok else "paddle_vtensor ops: not installed or stale")
+    ok, text = describe()
+    print(text)
     sys.exit(0 if ok else 1)

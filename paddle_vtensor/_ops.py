@@ -1,5 +1,13 @@
-"""Loads the compiled ops once: the installed extension (setup_ops.py) if present and current,
-else a just-in-time build of the sources next to this package into a per-user cache."""
+"""Loads the compiled ops once, from the first of:
+
+1. the library ``pip install --no-build-isolation .`` built into the package (_packaged.py), when
+   it was built for this paddle (and, from a source tree, from these sources);
+2. the extension ``setup_ops.py install`` installed, when it was built from these sources;
+3. a just-in-time build of the sources next to this package into a per-user cache (only from a
+   source tree; an installed package without a matching library says how to rebuild).
+
+``PADDLE_VTENSOR_JIT=1`` skips 1 and 2 (developers changing the C++ sources).
+"""
 from __future__ import annotations
 
 import ctypes
@@ -13,7 +21,7 @@ import os
 
 import types
 
-from . import _build
+from . import _build, _packaged
 
 
 def _cache_dir() -> str:
@@ -27,15 +35,23 @@ def _jit_dir(cuda: bool) -> str:
     return os.path.join(_cache_dir(), _build.source_digest(cuda))
 
 
+def _jit_forced() -> bool:
+    return os.environ.get("PADDLE_VTENSOR_JIT") == "1"
+
+
 def _use_installed() -> bool:
     from . import _installed_check
 
-    return os.environ.get("PADDLE_VTENSOR_JIT") != "1" and _installed_check.installed_is_current()
+    return not _jit_forced() and _installed_check.installed_is_current()
+
+
+def _packaged_folder() -> str | None:
+    return None if _jit_forced() else _packaged.find()[0]
 
 
 def needs_build() -> bool:
     """True when load() will compile: no current installed build and no cached just-in-time one."""
-    if load.cache_info().currsize or _use_installed():
+    if load.cache_info().currsize or _packaged_folder() or _use_installed():
         return False
     return not glob.glob(os.path.join(_jit_dir(_build.with_cuda()), "**", _build.EXTENSION_NAME + "*.so"),
                          recursive=True)
@@ -45,6 +61,11 @@ def _jit_build() -> tuple[types.ModuleType, str]:
     from paddle.utils import cpp_extension
 
     cuda = _build.with_cuda()
+    if not _build.sources(cuda):
+        why = _packaged.find()[1] or "no library was built into it"
+        raise RuntimeError(
+            f"paddle_vtensor: the installed package has no ops library for this paddle ({why}). Rebuild it "
+            f"against the installed paddle from a source checkout: pip install --no-build-isolation <checkout>")
     build_dir = _jit_dir(cuda)
     os.makedirs(build_dir, exist_ok=True)
     # Processes building the same sources at once would overwrite each other's objects.
@@ -86,7 +107,8 @@ def _installed() -> tuple[types.ModuleType, str] | None:
 @functools.lru_cache(maxsize=None)
 def load() -> tuple[types.ModuleType, ctypes.CDLL]:
     """(op module, the same library through ctypes for the C entry points)."""
-    found = _installed() or _jit_build()
+    folder = _packaged_folder()
+    found = (_packaged.load(folder), _packaged.library(folder)) if folder else (_installed() or _jit_build())
     module, so_path = found
     lib = ctypes.CDLL(so_path)
     lib.pvt_memory_stats.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]

@@ -2,7 +2,9 @@
 
 #include <vector>
 
+#include "paddle/fluid/pir/dialect/operator/ir/op_attribute.h"
 #include "paddle/pir/include/core/builtin_attribute.h"
+#include "paddle/pir/include/core/builtin_type.h"
 #include "paddle/pir/include/core/ir_context.h"
 
 #include "../custom_ops/op_names.h"
@@ -26,6 +28,47 @@ pir::Operation* sole_reader(pir::Value v, uint32_t* index = nullptr) {
   auto use = v.use_begin();
   if (index != nullptr) *index = use->index();
   return use->owner();
+}
+
+bool is_shape(const pir::Operation* op) { return is_op(op, "pd_op.shape64") || is_op(op, "pd_op.shape"); }
+
+// The only reader of `v` other than shape/shape64 ops (those go into `shapes`), or nullptr.
+pir::Operation* sole_reader_but_shapes(pir::Value v, std::vector<pir::Operation*>* shapes) {
+  pir::Operation* found = nullptr;
+  for (const auto& [owner, index] : uses_of(v)) {
+    if (is_shape(owner)) {
+      shapes->push_back(owner);
+    } else if (found != nullptr) {
+      return nullptr;
+    } else {
+      found = owner;
+    }
+  }
+  return found;
+}
+
+// A shape/shape64 of repeat_kv's result, [B, S, Hkv * n, D], once the chain is gone: the same op on
+// the cache itself (rewired later to the storage like any shape reader), times [1, 1, n, 1].
+// With dynamic lengths (a whole generation loop) llama reads `value_states.shape` after repeat_kv.
+void replace_repeated_shape(pir::Builder& builder, pir::Operation* shape, pir::Value cache, int64_t n,
+                            std::set<pir::Operation*>* doomed) {
+  pir::IrContext* ctx = pir::IrContext::Instance();
+  const bool int64 = is_op(shape, "pd_op.shape64");
+  const pir::Type type = shape->result(0).type();
+  builder.set_insertion_point(shape);
+  pir::Value own = build_op(builder, shape->name(), {cache}, {}, {type})->result(0);
+  std::vector<pir::Attribute> factor;
+  for (int64_t f : {int64_t{1}, int64_t{1}, n, int64_t{1}}) factor.push_back(pir::Int64Attribute::get(ctx, f));
+  const phi::DataType dtype = int64 ? phi::DataType::INT64 : phi::DataType::INT32;
+  pir::Value times = build_op(builder, "pd_op.full_int_array", {},
+                              {{"value", pir::ArrayAttribute::get(ctx, factor)},
+                               {"dtype", paddle::dialect::DataTypeAttribute::get(ctx, dtype)},
+                               {"place", paddle::dialect::PlaceAttribute::get(ctx, phi::CPUPlace())}},
+                              {type})
+                         ->result(0);
+  pir::Value scaled = build_op(builder, "pd_op.multiply", {own, times}, {}, {type})->result(0);
+  shape->result(0).ReplaceAllUsesWith(scaled);
+  doomed->insert(shape);
 }
 
 // Walks back from `v` over single-use casts, collecting them.
@@ -66,15 +109,25 @@ pir::Value repeat_kv_result(pir::Operation* unsqueeze, std::vector<pir::Operatio
   return reshape->result(0);
 }
 
-// The cache a [B, S, H, D] attention operand comes from: itself, or the input of a repeat_kv.
-pir::Value cache_behind(pir::Value x, std::vector<pir::Operation*>* chain) {
+struct RepeatedShape {
+  pir::Operation* shape;
+  pir::Value cache;
+  int64_t n;
+};
+
+// The cache a [B, S, H, D] attention operand comes from: itself, or the input of a repeat_kv
+// (whose result may also be read by shape ops: they go into `shapes`).
+pir::Value cache_behind(pir::Value x, std::vector<pir::Operation*>* chain, std::vector<RepeatedShape>* shapes) {
   pir::Operation* reshape = x.defining_op();
-  if (!is_op(reshape, "pd_op.reshape") || !x.HasOneUse()) return x;
+  std::vector<pir::Operation*> shape_readers;
+  if (!is_op(reshape, "pd_op.reshape") || sole_reader_but_shapes(x, &shape_readers) == nullptr) return x;
   pir::Operation* tile = reshape->operand_source(0).defining_op();
   pir::Operation* unsqueeze = is_op(tile, "pd_op.tile") ? tile->operand_source(0).defining_op() : nullptr;
   std::vector<pir::Operation*> found;
   if (repeat_kv_result(unsqueeze, &found) != x) return x;
   chain->insert(chain->end(), found.begin(), found.end());
+  const int64_t n = dense_type(tile->result(0)).dims()[3];
+  for (pir::Operation* op : shape_readers) shapes->push_back({op, unsqueeze->operand_source(0), n});
   return unsqueeze->operand_source(0);
 }
 
@@ -83,6 +136,7 @@ struct Match {
   double scale = 1.0;
   pir::Operation* out = nullptr;    // the final transpose, replaced
   std::vector<pir::Operation*> ops;  // everything between the caches and `out`, removed
+  std::vector<RepeatedShape> shapes;  // shape readers of a removed repeat_kv result, rebuilt
 };
 
 // w = matmul(qs, transpose(kt)) or matmul(qs, kt, transpose_y); kt = transpose(K); qs = scale(qt).
@@ -100,7 +154,7 @@ bool match_scores(pir::Value w, Match* m) {
   if (!is_transpose(heads, kHeadsFirst) || !kt.HasOneUse()) return false;
   m->ops.push_back(heads);
   m->ops.push_back(qk);
-  m->k_logical = cache_behind(heads->operand_source(0), &m->ops);
+  m->k_logical = cache_behind(heads->operand_source(0), &m->ops, &m->shapes);
 
   pir::Value qs = qk->operand_source(0);
   pir::Operation* scale = qs.defining_op();
@@ -178,8 +232,13 @@ int rewrite_attention(pir::Value v_logical, const std::unordered_map<pir::Value,
     if (doomed->count(reader)) continue;
     Match m;
     pir::Operation* vt = reader;
-    std::vector<pir::Operation*> repeat;
-    if (pir::Value repeated = repeat_kv_result(reader, &repeat)) vt = sole_reader(repeated);
+    std::vector<pir::Operation*> repeat, v_shapes;
+    if (pir::Value repeated = repeat_kv_result(reader, &repeat)) {
+      vt = sole_reader_but_shapes(repeated, &v_shapes);
+      for (pir::Operation* op : v_shapes) {
+        m.shapes.push_back({op, v_logical, dense_type(repeat[1]->result(0)).dims()[3]});
+      }
+    }
     if (!is_transpose(vt, kHeadsFirst) || !match_from_v(vt, &m) || !storage.count(m.k_logical)) continue;
     m.ops.insert(m.ops.end(), repeat.begin(), repeat.end());
     pir::Value k_storage = storage.at(m.k_logical), v_storage = storage.at(v_logical);
@@ -192,6 +251,7 @@ int rewrite_attention(pir::Value v_logical, const std::unordered_map<pir::Value,
     created->insert(attention);
     m.out->result(0).ReplaceAllUsesWith(attention->result(0));
     doomed->insert(m.out);
+    for (const RepeatedShape& r : m.shapes) replace_repeated_shape(builder, r.shape, r.cache, r.n, doomed);
     for (pir::Operation* op : m.ops) doomed->insert(op);
     ++rewritten;
   }

@@ -2,8 +2,18 @@
 # Run every test that needs no GPU: the native core harness on the host backend, a compile of every
 # CUDA source with nvcc (when nvcc exists; CI has no GPU), and the pytest suite.
 # Expects scripts/setup.sh to have run (the README's test command does both).
+#
+#   bash scripts/test.sh [pytest args]       # everything, in .venv (PaddleNLP 2.8.1)
+#   bash scripts/test.sh --paddlenlp3        # the PaddleNLP tests (eager integration, static
+#                                            # llama) in .venv-paddlenlp3 (bash scripts/setup.sh paddlenlp3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--paddlenlp3" ]; then
+  shift
+  echo "== pytest, PaddleNLP 3.0.0b4 (.venv-paddlenlp3)"
+  .venv-paddlenlp3/bin/python -m pytest -q tests/test_integration_eager.py tests/test_static_llama.py "$@"
+  exit 0
+fi
 echo "== native harness (host backend)"
 cmake -S tests/native -B build/native -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build/native -j2 > /dev/null

@@ -1,9 +1,15 @@
 """paddle_vtensor.integration on unmodified PaddleNLP models (tiny, random weights, built locally).
 
+Runs under PaddleNLP 2.8.1 (.venv) and 3.0.0b4 (.venv-paddlenlp3; scripts/test.sh --paddlenlp3).
 References are the same model without the plugin: same greedy tokens, close logits. The copy test
 profiles one decode step and fails on any allocation as large as one layer's K cache; it is shown
 to fail on the unpatched model.
 """
+import copy
+import dataclasses
+import gc
+import inspect
+
 import numpy as np
 import paddle
 import paddle.profiler as profiler
@@ -284,10 +290,27 @@ def hooked_objects():
             qwen_modeling.paddle, qwen_modeling.QWenAttention.__dict__["_attn"])
 
 
+def touched(model):
+    """Everything apply() may change: PaddleNLP's hooked objects, the model's instance attributes,
+    and the functions each attention layer binds for itself (3.0.0b4's attn_func)."""
+    layers = [layer for layer in model.sublayers()
+              if isinstance(layer, (llama_modeling.LlamaAttention, qwen_modeling.QWenAttention))]
+    return (hooked_objects(), {k: v for k, v in model.__dict__.items() if k in ("forward", "__deepcopy__")},
+            [layer.__dict__.get("attn_func") for layer in layers])
+
+
+def assert_untouched(model, before):
+    now = touched(model)
+    assert all(a is b for a, b in zip(now[0], before[0]))
+    assert now[1] == before[1] == {}
+    assert all(a is b for a, b in zip(now[2], before[2]))
+
+
 def test_remove_restores_exactly():
     model = tiny_llama()
     ids, mask = prompts([5, 12, 9])
     originals = hooked_objects()
+    before = touched(model)
     assert "forward" not in model.__dict__
     want = greedy(model, ids, mask, 8)
     pi.apply(model)
@@ -298,6 +321,7 @@ def test_remove_restores_exactly():
     assert not pi.is_applied(model)
     assert all(now is before for now, before in zip(hooked_objects(), originals))
     assert "forward" not in model.__dict__
+    assert_untouched(model, before)
     maps = pvt.memory_stats("cpu")["map_calls"]
     np.testing.assert_array_equal(greedy(model, ids, mask, 8), want)
     assert pvt.memory_stats("cpu")["map_calls"] == maps  # no VTensor was made after remove()
@@ -323,7 +347,7 @@ def test_hooks_stay_until_last_model_removed_and_spare_other_models():
     pi.apply(b)
     assert pi.installed_count("llama") == 2
     pi.remove(a)
-    assert llama_modeling.scaled_dot_product_attention is not originals[1]  # b still applied
+    assert llama_modeling.repeat_kv is not originals[2]  # b still applied
     maps = pvt.memory_stats("cpu")["map_calls"]
     np.testing.assert_array_equal(greedy(other, ids, mask, 6), want_other)  # never applied
     assert pvt.memory_stats("cpu")["map_calls"] == maps  # ...so it made no VTensor
@@ -394,3 +418,119 @@ def test_generating_past_the_reservation_is_a_clear_error():
         with pytest.raises(RuntimeError, match=r"the KV cache is full \(10 tokens \+ 1 new; 10 reserved\): pass a "
                                                r"larger max_seq_len to paddle_vtensor.apply\(\)"):
             greedy(model, ids, mask, 8)
+
+
+# ---- apply() cannot silently miss; all or nothing ----
+
+def without_attention_hooks():
+    """The supported families with no attention hook at all (only the cache-append proxy): what
+    a plugin that looks in the wrong place for the attention amounts to."""
+    return tuple(dataclasses.replace(f, module_hooks=(), class_hooks=(), instance_hooks=()) for f in pi.FAMILIES)
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "llama_mha", "qwen"])
+def test_apply_refuses_when_the_attention_is_not_reached(name, monkeypatch):
+    model = MODELS[name]()
+    before = touched(model)
+    monkeypatch.setattr(pi, "FAMILIES", without_attention_hooks())
+    with pytest.raises(pi.UnsupportedModelError, match=r"the hooks are not reached on .*'migrations': 4, "
+                                                        r"'appends_in_place': 4, 'appends_copied': 0, "
+                                                        r"'attention_calls': 0\}"):
+        pi.apply(model)
+    assert not pi.is_applied(model) and pi.installed_count(name.split("_")[0]) == 0
+    assert_untouched(model, before)
+
+
+def test_apply_refuses_when_the_cache_append_is_not_reached(monkeypatch):
+    from paddle_vtensor.integration import _hooks
+
+    model = tiny_llama()
+    before = touched(model)
+    monkeypatch.setattr(_hooks.PaddleProxy, "concat", lambda self, x, axis=0, name=None: self._real.concat(x, axis))
+    with pytest.raises(pi.UnsupportedModelError, match=r"found \{'migrations': 0, 'appends_in_place': 0, "
+                                                        r"'appends_copied': 0, 'attention_calls': 0\}"):
+        pi.apply(model)
+    assert not pi.is_applied(model)
+    assert_untouched(model, before)
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "qwen"])
+def test_apply_refuses_a_plugin_path_that_computes_differently(name, monkeypatch):
+    from paddle_vtensor.integration import _hooks
+
+    model = MODELS[name]()
+    before = touched(model)
+    real = _hooks.run_decode_attention
+    monkeypatch.setattr(_hooks, "run_decode_attention", lambda *a: real(*a) * 2.0)
+    with pytest.raises(pi.UnsupportedModelError, match="the plugin path differs from PaddleNLP's at probe step 1"):
+        pi.apply(model)
+    assert_untouched(model, before)
+
+
+def test_options_the_plugin_cannot_honour_are_refused():
+    for option, value, says in [("immediate_clear_past_key_value", True, "immediate_clear_past_key_value=True"),
+                                ("context_parallel_degree", 2, "context parallel llama")]:
+        model = tiny_llama()
+        before = touched(model)
+        setattr(model.config, option, value)
+        with pytest.raises(pi.UnsupportedModelError, match=says):
+            pi.apply(model)
+        assert_untouched(model, before)
+    # ...also when set after apply(): checked on every forward.
+    model = tiny_llama()
+    ids, mask = prompts([5])
+    with pi.applied(model):
+        model.config.immediate_clear_past_key_value = True
+        with pytest.raises(pi.UnsupportedModelError, match="immediate_clear_past_key_value=True"):
+            greedy(model, ids, mask, 2)
+
+
+def test_attn_mask_startend_row_indices_is_refused():
+    model = tiny_llama()
+    if "attn_mask_startend_row_indices" not in inspect.signature(model.forward).parameters:
+        pytest.skip("this PaddleNLP's llama has no attn_mask_startend_row_indices")
+    ids, mask = prompts([5])
+    with pi.applied(model), paddle.no_grad():
+        with pytest.raises(pi.UnsupportedModelError, match="attn_mask_startend_row_indices is not supported"):
+            model(input_ids=ids, attn_mask_startend_row_indices=paddle.zeros([1, 1, 5, 1], dtype="int32"))
+
+
+# ---- lifetimes ----
+
+def test_hooks_go_when_the_last_applied_model_is_collected():
+    originals = hooked_objects()
+    a, b = tiny_llama(seed=1), tiny_qwen(seed=2)
+    pi.apply(a)
+    pi.apply(b)
+    assert pi.installed_count("llama") == 1 and pi.installed_count("qwen") == 1
+    del a
+    gc.collect()
+    assert pi.installed_count("llama") == 0 and pi.installed_count("qwen") == 1
+    del b
+    gc.collect()
+    assert pi.installed_count("qwen") == 0
+    assert all(now is before for now, before in zip(hooked_objects(), originals))
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "qwen"])
+def test_deepcopy_of_an_applied_model_is_unapplied_and_computes_with_its_own_weights(name):
+    model, other = MODELS[name](), MODELS[name]()
+    paddle.seed(11)
+    other = type(other)(other.config)  # different random weights, same shapes
+    other.eval()
+    ids, mask = prompts([5, 9])
+    want, want_other = greedy(model, ids, mask, 6), greedy(other, ids, mask, 6)
+    assert not np.array_equal(want, want_other)
+    before_apply = touched(model)
+    pi.apply(model)
+    twin = copy.deepcopy(model)
+    assert not pi.is_applied(twin)
+    assert_untouched(twin, touched(MODELS[name]()))  # no hook of the original's came along
+    twin.set_state_dict(other.state_dict())
+    maps = pvt.memory_stats("cpu")["map_calls"]
+    np.testing.assert_array_equal(greedy(twin, ids, mask, 6), want_other)  # its own weights...
+    assert pvt.memory_stats("cpu")["map_calls"] == maps  # ...on PaddleNLP's own path
+    np.testing.assert_array_equal(greedy(model, ids, mask, 6), want)  # the original: still applied
+    assert pi.stats(model)["attention_calls"] > 0
+    pi.remove(model)
+    assert_untouched(model, before_apply)

@@ -154,3 +154,78 @@ def test_create_predictor_says_when_the_pass_finds_no_cache(tmp_path):
     with pytest.raises(RuntimeError, match="did not rewrite .*no concat appends along axis 1"):
         se.create_predictor(path)
     assert se.create_predictor(path, use_pass=False) is not None
+
+
+# ---- dynamic lengths: one program for every past length (PaddleNLP 3.0.0b4) ----
+
+def _paddlenlp_major() -> int:
+    import paddlenlp
+
+    return int(paddlenlp.__version__.split(".")[0])
+
+
+needs_paddlenlp3 = pytest.mark.skipif(
+    "_paddlenlp_major() < 3", reason="PaddleNLP 2.x's llama does not trace with a dynamic sequence length "
+                                     "(test_dynamic_past_length_is_refused_clearly_before_paddlenlp3)")
+
+
+@pytest.mark.skipif("_paddlenlp_major() >= 3", reason="PaddleNLP 3 traces it")
+def test_dynamic_past_length_is_refused_clearly_before_paddlenlp3(tiny, tmp_path):
+    model, _ = tiny
+    with pytest.raises(RuntimeError, match=r"does not trace with a dynamic past length: .*attn_weights.shape"):
+        se.export_decode_step(model, str(tmp_path / "dyn"), B, None)
+
+
+@needs_paddlenlp3
+def test_one_decode_step_program_for_every_past_length(tiny, tmp_path):
+    model, _ = tiny
+    path = str(tmp_path / "dyn")
+    se.export_decode_step(model, path, B, None)
+    predictor = se.create_predictor(path)
+    report = passes.last_report()
+    assert report["appends"] == 4 and report["attentions"] == 2 and report["copies"] == []
+    caches = _caches(model, 5, seed=6)
+    eager_caches = caches
+    pointers = None
+    for past_len in (5, 6, 7):  # the same program for each length, appending in place
+        ids, pos, mask = _inputs(past_len, seed=past_len)
+        logits, caches = se.run_decode_step(predictor, ids, pos, mask, caches)
+        eager, eager_caches = _eager(model, ids, pos, mask, eager_caches)
+        _close(logits, eager)
+        assert caches[0][0].shape[1] == past_len + 1
+        now = [t.data_ptr() for pair in caches for t in pair]
+        assert pointers is None or now == pointers
+        pointers = now
+
+
+@needs_paddlenlp3
+@pytest.mark.parametrize("kv_heads", [2], ids=["gqa"])
+def test_generation_loop_with_dynamic_lengths(tmp_path, kv_heads):
+    from paddlenlp.transformers import LlamaConfig, LlamaForCausalLM
+
+    paddle.disable_static()
+    paddle.seed(0)
+    config = LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=256,
+                         initializer_range=0.1, eos_token_id=None, bos_token_id=1, pad_token_id=0)
+    model = LlamaForCausalLM(config)
+    model.eval()
+    path = str(tmp_path / "gen")
+    se.export_generation(model, path)
+    plain = se.create_predictor(path, use_pass=False)
+    passed = se.create_predictor(path)
+    report = passes.last_report()
+    # Every append in the loop is in place and every decode attention reads the caches in place
+    # (GQA included); what is left is the prefill cache's one migration per run.
+    assert report["appends"] == 2 * 2 and report["attentions"] == 2 and report["refused"] == []
+    assert all("computed before the loop" in c for c in report["copies"]), report["copies"]
+    rng = np.random.default_rng(0)
+    # One program, several prompt lengths and output lengths: the same tokens as eager greedy.
+    for width, new in ((7, 9), (12, 4)):
+        ids = paddle.to_tensor(rng.integers(3, 100, size=(2, width)), dtype="int64")
+        mask = paddle.ones([2, width], "int64")
+        want = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
+                              decode_strategy="greedy_search")[0].numpy()
+        got = se.run_generation(passed, ids, mask, new).numpy()
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(se.run_generation(plain, ids, mask, new).numpy(), want)

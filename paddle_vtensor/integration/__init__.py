@@ -8,8 +8,18 @@
 Prefill runs PaddleNLP's own code. The first decode step moves each layer's cache into a VTensor
 (one copy); every later step writes only the new token, and the attention reads the cache where it
 lies, so no step copies the cache. Greedy tokens are the same as without the plugin. Supported:
-llama (incl. GQA) and qwen in paddlenlp 2.8.1, eager mode, inference (no gradients through the
-cache). Anything else raises UnsupportedModelError and leaves the model as it was.
+llama (MHA, GQA, MQA) and qwen in paddlenlp 2.8.1 and 3.0.0b4, eager mode, inference (no
+gradients through the cache).
+
+apply() is all or nothing: it checks the configuration, installs its hooks, then proves with a
+one-token probe (_probe.py) that both the cache append and the attention of every layer go
+through the plugin and agree with PaddleNLP's; any failure puts everything back and raises
+UnsupportedModelError saying what it found.
+
+Lifetimes: hooks in PaddleNLP's modules stay while at least one applied model lives; they are
+removed by the last remove() or when the last applied model is garbage-collected.
+``copy.deepcopy`` of an applied model gives a model that is *not* applied (PaddleNLP's own path,
+its own weights); apply() it if wanted.
 
 Beam search works (same tokens) but is not copy-free: PaddleNLP reorders the caches with
 index_select each step, which makes dense caches that the next step migrates again.
@@ -17,6 +27,8 @@ index_select each step, which makes dense caches that the next step migrates aga
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import copy
 import dataclasses
 import functools
 import inspect
@@ -25,19 +37,23 @@ import weakref
 import paddle
 
 from .. import api
+from . import _probe
 from ._hooks import ACTIVE, ModelState, UnsupportedModelError
-from .families import FAMILIES, Family, install, installed_count, uninstall
+from .families import FAMILIES, Family, install, install_on_layers, installed_count, uninstall, uninstall_on_layers
 
 
 @dataclasses.dataclass
 class _Record:
     state: ModelState
     families: list[Family]
-    own_forward: object  # the instance's own `forward` attribute before apply, or _NONE
+    own: dict            # the instance attributes apply() replaced: name -> value before, or _NONE
+    layer_hooks: list    # [(layer, name, original)] from install_on_layers
+    finalizer: object    # weakref.finalize that uninstalls the families if the model dies applied
 
 
 _NONE = object()
 _records: "weakref.WeakKeyDictionary[paddle.nn.Layer, _Record]" = weakref.WeakKeyDictionary()
+_BYPASS: contextvars.ContextVar[bool] = contextvars.ContextVar("paddle_vtensor_bypass", default=False)
 
 
 def _families_of(model) -> list[tuple[Family, list]]:
@@ -59,15 +75,23 @@ def _default_max_seq_len(config) -> int:
     return int(limit) if limit else api.configure().max_seq_len
 
 
-def apply(model, max_seq_len: int | None = None, chunk_bytes: int | None = None):
+def _uninstall_all(families) -> None:
+    for family in families:
+        uninstall(family)
+
+
+def apply(model, max_seq_len: int | None = None, chunk_bytes: int | None = None, probe: bool = True):
     """Route ``model``'s KV caches through VTensors; returns ``model``.
 
     max_seq_len: tokens reserved per cache (virtual only); default the model's
         ``max_position_embeddings``. Generating past it raises an out-of-range error.
     chunk_bytes: physical mapping granularity; default :func:`paddle_vtensor.configure`'s.
+    probe: run the one-token probe that proves the hooks are reached (three tiny forward steps,
+        twice). Leave it on unless the model cannot run a forward step at apply time.
 
-    Raises UnsupportedModelError (the model is left unchanged) for models outside the supported
-    families or configurations, and ValueError when already applied.
+    Raises UnsupportedModelError for models, configurations or PaddleNLP versions the plugin cannot
+    serve, and ValueError for bad arguments or when already applied; in every case the model and
+    PaddleNLP's modules are left exactly as they were.
     """
     if not isinstance(model, paddle.nn.Layer):
         raise UnsupportedModelError(f"paddle_vtensor.apply: expected a paddle.nn.Layer, got {type(model).__name__}")
@@ -93,25 +117,81 @@ def apply(model, max_seq_len: int | None = None, chunk_bytes: int | None = None)
 
     state = ModelState(family="+".join(f.name for f, _ in found), max_seq_len=int(max_seq_len),
                        chunk_bytes=None if chunk_bytes is None else int(chunk_bytes))
-    own_forward = model.__dict__.get("forward", _NONE)
-    # Straight into the instance dict: PaddleNLP's __setattr__ would re-wrap a `forward` whose
-    # signature differs from the class's, as if it were an unbound patch.
-    model.__dict__["forward"] = _active_forward(model.forward, config, state)
-    for family, _ in found:
-        install(family)
-    _records[model] = _Record(state, [f for f, _ in found], own_forward)
+    families = [f for f, _ in found]
+    record = _Record(state, [], {name: model.__dict__.get(name, _NONE) for name in ("forward", "__deepcopy__")},
+                     [], None)
+    plain_forward = model.forward
+    try:
+        # Straight into the instance dict: PaddleNLP's __setattr__ would re-wrap a `forward` whose
+        # signature differs from the class's, as if it were an unbound patch.
+        model.__dict__["forward"] = _active_forward(plain_forward, config, found, state)
+        model.__dict__["__deepcopy__"] = _unapplied_deepcopy(weakref.ref(model))
+        for family, layers in found:
+            install(family, layers)
+            record.families.append(family)
+            record.layer_hooks += install_on_layers(family, layers)
+        if probe:
+            _probe.run(model, config, state, plain_call=_bypassed(model), plugin_call=model,
+                       layers=sum(len(layers) for _, layers in found), describe=lambda: _describe(found))
+    except BaseException:
+        _undo(model, record)
+        raise
+    record.finalizer = weakref.finalize(model, _uninstall_all, list(families))
+    _records[model] = record
     return model
 
 
-def _active_forward(original, config, state: ModelState):
+def _undo(model, record: _Record) -> None:
+    uninstall_on_layers(record.layer_hooks)
+    _uninstall_all(record.families)
+    for name, value in record.own.items():
+        if value is _NONE:
+            model.__dict__.pop(name, None)
+        else:
+            model.__dict__[name] = value
+
+
+def _bypassed(model):
+    def call(**kwargs):
+        token = _BYPASS.set(True)
+        try:
+            return model(**kwargs)
+        finally:
+            _BYPASS.reset(token)
+
+    return call
+
+
+def _describe(found) -> str:
+    parts = []
+    for family, layers in found:
+        module, cls = family.load()
+        bound = [f"{name}={getattr(module, name, None)!r}" for name, _ in family.module_hooks]
+        bound += [f"{cls.__name__}.{name}={cls.__dict__.get(name)!r}" for name, _ in family.class_hooks]
+        bound += [f"layer 0 {name}={layers[0].__dict__.get(name)!r}" for name, _ in family.instance_hooks
+                  if name in layers[0].__dict__]
+        parts.append(f"{family.name}: {', '.join(bound) or 'paddle.concat only'}")
+    return "; ".join(parts)
+
+
+def _active_forward(original, config, found, state: ModelState):
     signature = inspect.signature(original)
 
     def forward(*args, **kwargs):
-        asked = signature.bind_partial(*args, **kwargs).arguments.get("output_attentions")
+        if _BYPASS.get():
+            return original(*args, **kwargs)
+        arguments = signature.bind_partial(*args, **kwargs).arguments
+        asked = arguments.get("output_attentions")
         if asked or (asked is None and getattr(config, "output_attentions", False)):
             raise UnsupportedModelError(
                 "paddle_vtensor: output_attentions=True is not supported on VTensor caches (the decode attention "
                 "does not form the weights); call paddle_vtensor.remove(model) first")
+        if arguments.get("attn_mask_startend_row_indices") is not None:
+            raise UnsupportedModelError(
+                "paddle_vtensor: attn_mask_startend_row_indices is not supported on VTensor caches (the decode "
+                "attention takes a dense attention_mask); call paddle_vtensor.remove(model) first")
+        for family, layers in found:  # the config may have changed since apply()
+            family.check(config, layers)
         token = ACTIVE.set(state)
         try:
             return original(*args, **kwargs)
@@ -123,6 +203,30 @@ def _active_forward(original, config, state: ModelState):
     return forward
 
 
+def _unapplied_deepcopy(model_ref):
+    """The applied model's ``__deepcopy__`` (copy.deepcopy looks it up on the instance): copy the
+    model as it was before apply(), so the copy runs PaddleNLP's own path on its own weights
+    (the wrapped forward would otherwise be shared, and call the original's)."""
+
+    def __deepcopy__(memo):
+        model = model_ref()
+        record = _records[model]
+        saved = {name: model.__dict__.pop(name) for name in record.own}
+        wrapped = [(layer, name, layer.__dict__[name]) for layer, name, _ in record.layer_hooks]
+        uninstall_on_layers(record.layer_hooks)
+        try:
+            for name, value in record.own.items():
+                if value is not _NONE:
+                    model.__dict__[name] = value
+            return copy.deepcopy(model, memo)
+        finally:
+            for layer, name, value in wrapped:
+                layer.__dict__[name] = value
+            model.__dict__.update(saved)
+
+    return __deepcopy__
+
+
 def remove(model):
     """Undo :func:`apply`: the model and PaddleNLP's modules are exactly as before; returns ``model``.
 
@@ -131,19 +235,15 @@ def remove(model):
     record = _records.pop(model, None)
     if record is None:
         raise ValueError(f"paddle_vtensor.remove: {type(model).__name__} is not applied")
-    if record.own_forward is _NONE:
-        del model.__dict__["forward"]
-    else:
-        model.__dict__["forward"] = record.own_forward
-    for family in record.families:
-        uninstall(family)
+    record.finalizer.detach()
+    _undo(model, record)
     return model
 
 
 @contextlib.contextmanager
-def applied(model, max_seq_len: int | None = None, chunk_bytes: int | None = None):
+def applied(model, max_seq_len: int | None = None, chunk_bytes: int | None = None, probe: bool = True):
     """``with applied(model): model.generate(...)``: apply for the block, remove after (also on error)."""
-    apply(model, max_seq_len=max_seq_len, chunk_bytes=chunk_bytes)
+    apply(model, max_seq_len=max_seq_len, chunk_bytes=chunk_bytes, probe=probe)
     try:
         yield model
     finally:

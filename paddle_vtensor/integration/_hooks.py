@@ -130,9 +130,21 @@ def run_decode_attention(state: ModelState, q, k, v, mask) -> paddle.Tensor:
     return decode_attention(q, k, v, mask)
 
 
-def wrap_sdpa(original):
-    """A module-level ``scaled_dot_product_attention(query_states, config, key_states,
-    value_states, attention_mask, output_attentions, ...)`` (llama's signature)."""
+def _refuse_unsupported_arguments(a: dict) -> None:
+    for name in ("alibi", "reshard_layer", "attn_mask_startend_row_indices"):
+        if a.get(name) is not None:
+            raise UnsupportedModelError(f"paddle_vtensor: attention with {name} is not supported on VTensor caches")
+    if a.get("sequence_parallel"):
+        raise UnsupportedModelError("paddle_vtensor: sequence_parallel is not supported on VTensor caches")
+    if a.get("output_attentions"):
+        raise UnsupportedModelError("paddle_vtensor: output_attentions=True is not supported on VTensor caches "
+                                    "(the decode attention does not form the weights)")
+
+
+def wrap_sdpa(original, owner=None):
+    """llama's ``scaled_dot_product_attention(query_states, config, key_states, value_states,
+    attention_mask, output_attentions, ...)``: the module function (paddlenlp 2.8.1 calls it by
+    name) or a layer's bound ``attn_func`` (3.0.0b4: the function or a functools.partial of it)."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -140,19 +152,11 @@ def wrap_sdpa(original):
         state = ACTIVE.get()
         if state is None:
             return original(*args, **kwargs)
-        bound = signature.bind(*args, **kwargs)
-        a = bound.arguments
+        a = signature.bind(*args, **kwargs).arguments
         k, v = a.get("key_states"), a.get("value_states")
         if not both_vtensors(k, v):
             return original(*args, **kwargs)
-        for name in ("alibi", "reshard_layer"):
-            if a.get(name) is not None:
-                raise UnsupportedModelError(f"paddle_vtensor: attention with {name} is not supported on VTensor caches")
-        if a.get("sequence_parallel"):
-            raise UnsupportedModelError("paddle_vtensor: sequence_parallel is not supported on VTensor caches")
-        if a.get("output_attentions"):
-            raise UnsupportedModelError("paddle_vtensor: output_attentions=True is not supported on VTensor caches "
-                                        "(the decode attention does not form the weights)")
+        _refuse_unsupported_arguments(a)
         q = a["query_states"]
         out = run_decode_attention(state, q, k, v, a.get("attention_mask"))
         bsz, q_len, heads, head_dim = q.shape
@@ -162,7 +166,7 @@ def wrap_sdpa(original):
     return scaled_dot_product_attention
 
 
-def wrap_repeat_kv(original):
+def wrap_repeat_kv(original, owner=None):
     @functools.wraps(original)
     def repeat_kv(hidden_states, n_rep):
         if ACTIVE.get() is not None and n_rep > 1 and api.is_vtensor(hidden_states):
@@ -173,16 +177,24 @@ def wrap_repeat_kv(original):
     return repeat_kv
 
 
-def wrap_attn_method(original):
-    """A method ``_attn(self, query, key, value, attention_mask=None) -> (out [B, Tq, H, D],
-    weights)`` (qwen's)."""
+def wrap_attn_method(original, owner):
+    """qwen's method ``_attn(self, query, key, value, attention_mask=None) -> (out, weights)``.
+    out is ``[B, Tq, H, D]`` in paddlenlp 2.8.1 (the class merges heads after, in ``_merge_heads``)
+    and ``[B, Tq, H*D]`` in 3.0.0b4 (no ``_merge_heads``): the wrapper returns what the class expects."""
+    merged = not hasattr(owner, "_merge_heads")
 
     @functools.wraps(original)
     def _attn(self, query, key, value, attention_mask=None):
         state = ACTIVE.get()
         if state is None or not both_vtensors(key, value):
             return original(self, query, key, value, attention_mask)
-        return run_decode_attention(state, query, key, value, attention_mask), None
+        if getattr(self, "sequence_parallel", False):
+            raise UnsupportedModelError("paddle_vtensor: sequence_parallel is not supported on VTensor caches")
+        out = run_decode_attention(state, query, key, value, attention_mask)
+        if merged:
+            bsz, q_len, heads, head_dim = query.shape
+            out = out.reshape([bsz, q_len, heads * head_dim])
+        return out, None
 
     _attn.__pvt_original__ = original
     return _attn

@@ -1,0 +1,50 @@
+"""How the ops library that `pip install --no-build-isolation .` builds into the package is chosen
+(paddle_vtensor/_packaged.py): a library built for another paddle, or from other sources, is never
+loaded, and an installed package without a usable library says how to rebuild. (The install
+itself is exercised by .ci/run: pip install, then import and `demo --tiny` from outside the tree.)"""
+import json
+import re
+
+import paddle
+import pytest
+
+from paddle_vtensor import _build, _ops, _packaged
+
+
+def fake_lib(folder, **info):
+    folder.mkdir()
+    base = {"digest": "d" + _build.source_digest(_build.with_cuda()), "paddle": paddle.__version__,
+            "cuda": _build.with_cuda()}
+    base.update(info)
+    (folder / "build_info.json").write_text(json.dumps(base))
+    return str(folder)
+
+
+def test_a_matching_library_is_chosen(tmp_path, monkeypatch):
+    good = fake_lib(tmp_path / "good")
+    monkeypatch.setattr(_packaged, "_candidates", lambda: [good])
+    assert _packaged.find() == (good, "")
+
+
+@pytest.mark.parametrize("info, says", [
+    ({"paddle": "0.0.1"}, r"was built for paddle 0.0.1 \((CPU|CUDA)\), this is paddle "),
+    ({"cuda": not _build.with_cuda()}, r"was built for paddle .* this is paddle "),
+    ({"digest": "d0000"}, "was built from other sources than"),
+])
+def test_a_library_for_another_paddle_or_other_sources_is_refused(tmp_path, monkeypatch, info, says):
+    bad, good = fake_lib(tmp_path / "bad", **info), fake_lib(tmp_path / "good")
+    monkeypatch.setattr(_packaged, "_candidates", lambda: [bad])
+    folder, why = _packaged.find()
+    assert folder is None
+    assert bad in why
+    assert re.search(says, why), why
+    monkeypatch.setattr(_packaged, "_candidates", lambda: [bad, good])  # the next one is taken
+    assert _packaged.find() == (good, "")
+
+
+def test_an_installed_package_without_a_usable_library_says_how_to_rebuild(monkeypatch):
+    monkeypatch.setattr(_build, "sources", lambda cuda: [])  # as in site-packages: no sources
+    monkeypatch.setattr(_packaged, "find", lambda: (None, "/x/_lib was built for paddle 0.0.1 (CPU)"))
+    with pytest.raises(RuntimeError, match=r"no ops library for this paddle \(/x/_lib was built for paddle 0.0.1 "
+                                           r"\(CPU\)\)\. Rebuild .*pip install --no-build-isolation"):
+        _ops._jit_build()
