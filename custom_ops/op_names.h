@@ -26,7 +26,7 @@
 #define PVT_ATTR_CAUSAL "causal"
 #define PVT_ATTR_MAX_SEQLEN_Q "max_seqlen_q"
 #define PVT_ATTR_MAX_SEQLEN_K "max_seqlen_k"
-#define PVT_ATTR_SHAPE "shape"
+#define PVT_ATTR_CACHE_SHAPE "cache_shape"
 #define PVT_ATTR_TARGET_CAPACITY "target_capacity"
 #define PVT_ATTR_DRAFT_CAPACITY "draft_capacity"
 #define PVT_ATTR_TARGET_ADVANCE "target_advance"

@@ -39,7 +39,7 @@ std::vector<paddle::DataType> VTensorSlotCacheInferDtype(const paddle::DataType&
 PVT_BUILD_OP(PVT_OP_SLOT_CACHE)
     .Inputs({"Like"})
     .Outputs({"Out"})
-    .Attrs({PVT_ATTR_SHAPE ": std::vector<int64_t>", PVT_ATTR_CHUNK_BYTES ": int64_t"})
+    .Attrs({PVT_ATTR_CACHE_SHAPE ": std::vector<int64_t>", PVT_ATTR_CHUNK_BYTES ": int64_t"})
     .SetKernelFn(PD_KERNEL(VTensorSlotCache))
     .SetInferShapeFn(PD_INFER_SHAPE(VTensorSlotCacheInferShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(VTensorSlotCacheInferDtype));
