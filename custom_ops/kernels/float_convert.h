@@ -1,5 +1,5 @@
 // float <-> IEEE half / bfloat16 bits on the host, round to nearest even, no Paddle or CUDA types.
-// (decode_attention_cpu.cc carries its own copy of these in its anonymous namespace.)
+// One copy, used by the host attention and merge kernels.
 #pragma once
 
 #include <cstdint>
