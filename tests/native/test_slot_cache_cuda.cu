@@ -278,9 +278,10 @@ void test_mapping(Report& r) {
   r.eq(c->mapped_bytes(), left * (2 << 20), "slot gpu release gives the chunks back");
 }
 
-void bench(Report& r) {
-  // One inflight decode step at 64 slots of mixed lengths (uniform 1..4095), Llama-3-8B attention
-  // shape (32 q heads, 8 kv heads, 128, fp16), token-row layout of 32 layers (layer 31's view).
+void bench(Report& r, int64_t qn) {
+  // One inflight step at 64 slots of mixed lengths (uniform 1..4095), Llama-3-8B attention shape
+  // (32 q heads, 8 kv heads, 128, fp16), token-row layout of 32 layers (layer 31's view), with qn new
+  // tokens per slot: 1 for a decode step, k+1 for a speculative verify step (causal within them).
   const int64_t slots = 64, S = 4096, Hq = 32, Hkv = 8, D = 128, L = 32;
   const ScalarType t = ScalarType::kFloat16;
   std::shared_ptr<SlotCache> c;
@@ -291,20 +292,21 @@ void bench(Report& r) {
   for (int s = 0; s < slots; ++s) {
     lens[s] = 1 + static_cast<int32_t>(rng() % (S - 1));
     ids[s] = s;
-    cu[s + 1] = s + 1;
+    cu[s + 1] = static_cast<int32_t>((s + 1) * qn);
     ctx += lens[s];
-    if (!r.ok(c->reserve(s, lens[s] + 1, nullptr), "bench reserve")) return;
+    if (!r.ok(c->reserve(s, lens[s] + qn, nullptr), "bench reserve")) return;
   }
   std::vector<int32_t> mapped = c->mapped_tokens_all(nullptr);
-  DevBuf dq(slots * Hq * D * 2), dk(slots * Hkv * D * 2), dout(slots * Hq * D * 2), dcu(cu.size() * 4),
+  const int64_t total = slots * qn;
+  DevBuf dq(total * Hq * D * 2), dk(total * Hkv * D * 2), dout(total * Hq * D * 2), dcu(cu.size() * 4),
       dids(slots * 4), dlens(slots * 4), dmapped(slots * 4), dflag(4);
-  cudaMemset(dq.ptr, 0, slots * Hq * D * 2);
-  cudaMemset(dk.ptr, 0, slots * Hkv * D * 2);
+  cudaMemset(dq.ptr, 0, total * Hq * D * 2);
+  cudaMemset(dk.ptr, 0, total * Hkv * D * 2);
   upload(dcu, cu); upload(dids, ids); upload(dlens, lens); upload(dmapped, mapped);
   cudaMemset(dflag.ptr, 0, 4);
   const int64_t tok = L * 2 * Hkv * D, layer = L - 1;
   AppendVarlenParams ap;
-  ap.src = dk.ptr; ap.num_seqs = slots; ap.total_tokens = slots; ap.heads = Hkv; ap.head_dim = D; ap.elem_bytes = 2;
+  ap.src = dk.ptr; ap.num_seqs = slots; ap.total_tokens = total; ap.heads = Hkv; ap.head_dim = D; ap.elem_bytes = 2;
   ap.num_slots = slots; ap.max_seq_len = S;
   ap.dst_stride[0] = S * tok; ap.dst_stride[1] = tok; ap.dst_stride[2] = D;
   ap.src_stride[0] = Hkv * D; ap.src_stride[1] = D;
@@ -312,7 +314,7 @@ void bench(Report& r) {
   ap.cache_seqlens = static_cast<int32_t*>(dlens.ptr); ap.kv_mapped = static_cast<int32_t*>(dmapped.ptr);
   ap.error_flag = static_cast<int32_t*>(dflag.ptr);
   DecodeAttentionParams p;
-  p.batch = slots; p.q_len = 1; p.q_heads = Hq; p.kv_heads = Hkv; p.head_dim = D; p.kv_len = S; p.dtype = t;
+  p.batch = slots; p.q_len = qn; p.q_heads = Hq; p.kv_heads = Hkv; p.head_dim = D; p.kv_len = S; p.dtype = t;
   p.scale = 1.f / std::sqrt(128.f); p.q = dq.ptr; p.out = dout.ptr;
   char* kptr = c->data() + 2 * layer * Hkv * D * 2;
   char* vptr = c->data() + (2 * layer + 1) * Hkv * D * 2;
@@ -350,10 +352,10 @@ void bench(Report& r) {
   cudaMemcpy(&flag, dflag.ptr, 4, cudaMemcpyDeviceToHost);
   r.check(ok && flag == 0, "bench step launches and flags nothing");
   const double us = 1000.0 * ms / iters;
-  const double kv_bytes = 2.0 * (ctx + slots) * Hkv * D * 2;
-  std::printf("info bench slots=%lld context_tokens=%lld (mean %lld) Hq=%lld Hkv=%lld D=%lld fp16 token-rows L=%lld: "
+  const double kv_bytes = 2.0 * (ctx + total) * Hkv * D * 2;
+  std::printf("info bench new_tokens_per_slot=%lld slots=%lld context_tokens=%lld (mean %lld) Hq=%lld Hkv=%lld D=%lld fp16 token-rows L=%lld: "
               "%.1f us/step (append K+V + attention, one layer), %.0f GB/s of K+V read\n",
-              static_cast<long long>(slots), static_cast<long long>(ctx), static_cast<long long>(ctx / slots),
+              static_cast<long long>(qn), static_cast<long long>(slots), static_cast<long long>(ctx), static_cast<long long>(ctx / slots),
               static_cast<long long>(Hq), static_cast<long long>(Hkv), static_cast<long long>(D),
               static_cast<long long>(L), us, kv_bytes / (us * 1e3));
   cudaEventDestroy(a); cudaEventDestroy(b);
@@ -371,6 +373,9 @@ int main(int argc, char** argv) {
     test_varlen(r, t, 4, 4, 64, 1);
   }
   test_varlen(r, ScalarType::kFloat16, 32, 8, 128, 4);  // token rows: 4 layers, layer 3's view
-  if (run_bench) bench(r);
+  if (run_bench) {
+    bench(r, 1);  // decode
+    bench(r, 5);  // speculative verify of k = 4 draft tokens
+  }
   return r.finish();
 }
