@@ -29,7 +29,11 @@ def sources(cuda: bool) -> list[str]:
 
 def cxx_flags(cuda: bool) -> list[str]:
     # The digest is compiled in (c_api.cc) so an installed build can be matched against the sources.
-    flags = ["-O2", "-std=c++17", "-Wno-unused-parameter", f"-DPVT_SOURCE_DIGEST=d{source_digest(cuda)}"]
+    # -fno-wrapv undoes the -fwrapv that setuptools copies from Python's own CFLAGS: with it the
+    # host attention's index arithmetic cannot assume no overflow, which made that kernel 1.5x slower
+    # (docs/PERFORMANCE.md, section 4).
+    flags = ["-O2", "-fno-wrapv", "-std=c++17", "-Wno-unused-parameter",
+             f"-DPVT_SOURCE_DIGEST=d{source_digest(cuda)}"]
     return flags + (["-DPADDLE_VTENSOR_WITH_CUDA"] if cuda else [])
 
 

@@ -1,6 +1,10 @@
 // Quick native timing of decode_attention_cpu against a one-thread read of the same K/V bytes,
 // for tuning the kernel without a Paddle build (the documented numbers come from the
 // `bench-attention` subcommand). Usage: bench_attention_cpu B S HQ HKV D [f32|f16|bf16] [repeats]
+// PVT_BENCH_FLUSH=1 reads 128 MiB of other memory before each timed call (a cold cache, as
+// bench-attention measures); PVT_BENCH_PAGES=4k|huge backs K/V by mmap with MADV_NOHUGEPAGE or
+// MADV_HUGEPAGE (default: std::vector).
+#include <sys/mman.h>
 #include <time.h>
 
 #include <algorithm>
@@ -28,10 +32,43 @@ int main(int argc, char** argv) {
   const ScalarType t = dt == "f16" ? ScalarType::kFloat16 : dt == "bf16" ? ScalarType::kBFloat16 : ScalarType::kFloat32;
   const int64_t eb = t == ScalarType::kFloat32 ? 4 : 2;
   const int64_t kv_elems = S * B * Hkv * D;
-  std::vector<uint8_t> k(kv_elems * eb), v(kv_elems * eb), q(B * Hq * D * eb), out(B * Hq * D * eb);
+  std::vector<uint8_t> kvec, vvec, q(B * Hq * D * eb), out(B * Hq * D * eb);
+  // K/V as spans so that they can live in mmap'd memory with a chosen page size.
+  struct Span {
+    uint8_t* p; size_t n;
+    uint8_t* data() const { return p; }
+    size_t size() const { return n; }
+  };
+  const char* pages = std::getenv("PVT_BENCH_PAGES");
+  auto make = [&](std::vector<uint8_t>& vec) -> Span {
+    const size_t n = kv_elems * eb;
+    if (pages == nullptr) { vec.resize(n); return {vec.data(), n}; }
+    if (std::string(pages) == "region") {  // as the host backend: reserve, then commit 2 MiB chunks
+      const size_t chunk = 2 << 20, total = (n + chunk - 1) / chunk * chunk;
+      void* r = mmap(nullptr, 2 * total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      for (size_t off = 0; off < total; off += chunk)
+        mprotect(static_cast<char*>(r) + off, chunk, PROT_READ | PROT_WRITE);
+      return {static_cast<uint8_t*>(r), n};
+    }
+    void* m = mmap(nullptr, n + (2 << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t* a = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(m) + (2 << 20) - 1) & ~uintptr_t((2 << 20) - 1));
+    madvise(a, n, std::string(pages) == "huge" ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    return {a, n};
+  };
+  Span k = make(kvec), v = make(vvec);
+  const bool flush = std::getenv("PVT_BENCH_FLUSH") != nullptr;
+  std::vector<double> flush_buf(flush ? (128 << 20) / 8 : 0, 1.0);
+  double flush_sink = 0;
+  if (flush && std::string(std::getenv("PVT_BENCH_FLUSH")) == "huge")  // as numpy's large arrays
+    madvise(reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(flush_buf.data()) & ~uintptr_t(4095)),
+            flush_buf.size() * 8, MADV_HUGEPAGE);
+  Span qspan{q.data(), q.size()};
+  auto do_flush = [&] {
+    for (double x : flush_buf) flush_sink += x;
+  };
   std::mt19937 rng(1);
   // Small random values whose 16-bit patterns are finite in every dtype.
-  for (auto* buf : {&k, &v, &q}) {
+  for (Span* buf : {&k, &v, &qspan}) {
     for (size_t i = 0; i + 1 < buf->size(); i += 2) {
       const uint16_t x = static_cast<uint16_t>(0x3000 + (rng() & 0x7ff)) | ((rng() & 1) << 15);
       std::memcpy(buf->data() + i, &x, 2);
@@ -39,7 +76,7 @@ int main(int argc, char** argv) {
   }
   if (t == ScalarType::kFloat32) {  // overwrite with proper floats
     std::uniform_real_distribution<float> u(-1, 1);
-    for (auto* buf : {&k, &v, &q}) {
+    for (Span* buf : {&k, &v, &qspan}) {
       float* f = reinterpret_cast<float*>(buf->data());
       for (size_t i = 0; i < buf->size() / 4; ++i) f[i] = u(rng);
     }
@@ -58,14 +95,18 @@ int main(int argc, char** argv) {
   };
   volatile float sink = 0;
   for (int r = 0; r < reps; ++r) {
+    do_flush();
     const double c0 = cpu_now();
     auto t0 = std::chrono::steady_clock::now();
     const Status s = decode_attention_cpu(p);
     auto t1 = std::chrono::steady_clock::now();
     const double c1 = cpu_now();
     if (!s.ok()) { std::printf("%s\n", s.to_string().c_str()); return 1; }
+    do_flush();
+    const double c1r = cpu_now();
+    auto t1r = std::chrono::steady_clock::now();
     float acc[16] = {0};
-    for (auto* buf : {&k, &v}) {
+    for (Span* buf : {&k, &v}) {
       const float* f = reinterpret_cast<const float*>(buf->data());
       const size_t n = buf->size() / 4;
       for (size_t i = 0; i + 16 <= n; i += 16)
@@ -74,14 +115,15 @@ int main(int argc, char** argv) {
     auto t2 = std::chrono::steady_clock::now();
     const double c2 = cpu_now();
     best_cpu_k = std::min(best_cpu_k, c1 - c0);
-    best_cpu_r = std::min(best_cpu_r, c2 - c1);
+    best_cpu_r = std::min(best_cpu_r, c2 - c1r);
     for (float a : acc) sink = sink + a;
     best_k = std::min(best_k, std::chrono::duration<double>(t1 - t0).count());
-    best_r = std::min(best_r, std::chrono::duration<double>(t2 - t1).count());
+    best_r = std::min(best_r, std::chrono::duration<double>(t2 - t1r).count());
   }
   const double bytes = 2.0 * kv_elems * eb;
   std::printf("B=%lld S=%lld Hq=%lld Hkv=%lld D=%lld %s: kernel %.3f ms (%.1f GB/s), read %.3f ms (%.1f GB/s), ratio %.2f; calling thread cpu: kernel %.3f ms, read %.3f ms\n",
               (long long)B, (long long)S, (long long)Hq, (long long)Hkv, (long long)D, dt.c_str(), best_k * 1e3,
               bytes / best_k / 1e9, best_r * 1e3, bytes / best_r / 1e9, best_k / best_r, best_cpu_k * 1e3, best_cpu_r * 1e3);
+  if (flush_sink == 42) std::printf(" ");
   return 0;
 }
