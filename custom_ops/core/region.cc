@@ -9,10 +9,16 @@ namespace pvt {
 
 Status Region::create(Device device, size_t reserve_bytes, size_t chunk_bytes,
                       std::unique_ptr<Region>* out) {
+  Backend* backend = nullptr;
+  PVT_RETURN_IF_ERROR(get_backend(device, &backend));
+  return create_on(backend, reserve_bytes, chunk_bytes, out);
+}
+
+Status Region::create_on(Backend* backend, size_t reserve_bytes, size_t chunk_bytes,
+                         std::unique_ptr<Region>* out) {
   return catch_bad_alloc("reserving a region", [&]() -> Status {
     if (reserve_bytes == 0) return Status(Code::kInvalidArgument, "reservation size must be positive");
-    Backend* backend = nullptr;
-    PVT_RETURN_IF_ERROR(get_backend(device, &backend));
+    const Device device = backend->device();
     const size_t gran = backend->granularity();
     if (chunk_bytes == 0) chunk_bytes = gran;
     if (chunk_bytes > SIZE_MAX - gran) {

@@ -29,6 +29,10 @@ class Region {
   // space, kOutOfMemory when the backend cannot reserve it (or host memory runs out).
   static Status create(Device device, size_t reserve_bytes, size_t chunk_bytes,
                        std::unique_ptr<Region>* out);
+  // The same on a given backend (which must outlive the region): how the native harness puts an
+  // observing backend between a region and the driver.
+  static Status create_on(Backend* backend, size_t reserve_bytes, size_t chunk_bytes,
+                          std::unique_ptr<Region>* out);
   ~Region();  // waits for every using stream, unmaps every mapped chunk, then frees the range
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;

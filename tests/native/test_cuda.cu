@@ -2,8 +2,8 @@
 // append_tokens_cuda checked byte for byte against a host reference. Covers 1 and T tokens,
 // fp16/bf16/fp32-sized elements, odd shapes, strided sources, truncate + re-append, a cache past
 // 4 GiB, the past-reservation error, a real out-of-memory, unmap waiting for queued kernels on every
-// stream that used the cache (a read on a second stream included), and a fork() child that gets an
-// error instead of a hang.
+// stream that used the cache (a read on a second stream included, observed at the backend: no unmap
+// is issued while that read may still run), and a fork() child that gets an error instead of a hang.
 #include <cuda_runtime.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -391,6 +391,79 @@ void test_release_waits_for_a_reader_on_another_stream(Report& r, std::mt19937& 
   cudaStreamDestroy(b);
 }
 
+// The real CUDA backend with one observation: at every unmap, whether `watch` (an event recorded
+// right after a reader's work on another stream) is still pending. An unmap issued while a reader
+// may still run is what Region's wait must prevent; checking it here, before cuMemUnmap, keeps the
+// test independent of whatever the driver itself waits for inside cuMemUnmap (on the H200 a release
+// that waited only for the first stream still passed the end-to-end test above).
+class UnmapObserver final : public Backend {
+ public:
+  explicit UnmapObserver(Backend* real) : real_(real) {}
+  Device device() const override { return real_->device(); }
+  size_t granularity() const override { return real_->granularity(); }
+  Status reserve(size_t bytes, void** base) override { return real_->reserve(bytes, base); }
+  Status free_reservation(void* base, size_t bytes) override { return real_->free_reservation(base, bytes); }
+  Status map(void* addr, size_t bytes, PhysHandle* h) override { return real_->map(addr, bytes, h); }
+  Status unmap(void* addr, size_t bytes, PhysHandle h) override {
+    ++unmaps;
+    if (watch != nullptr && cudaEventQuery(watch) == cudaErrorNotReady) ++unmaps_while_reading;
+    return real_->unmap(addr, bytes, h);
+  }
+  Status record_event(void* stream, EventHandle* e) override { return real_->record_event(stream, e); }
+  Status wait_event(EventHandle e) override { return real_->wait_event(e); }
+  void destroy_event(EventHandle e) override { real_->destroy_event(e); }
+
+  cudaEvent_t watch = nullptr;
+  int unmaps = 0, unmaps_while_reading = 0;
+
+ private:
+  Backend* real_;
+};
+
+// Stream A writes a region, stream B reads it behind a ~0.3 s spin, A writes again (the last user);
+// then the host releases the region. Every unmap must come after B's read has finished.
+void test_unmap_never_overtakes_a_reader(Report& r, cudaStream_t a) {
+  Backend* real = nullptr;
+  if (!r.ok(get_backend(kGpu, &real), "unmap_order.backend")) return;
+  UnmapObserver obs(real);
+  std::unique_ptr<Region> region;
+  if (!r.ok(Region::create_on(&obs, 64 * kMiB, 0, &region), "unmap_order.create")) return;
+  const size_t bytes = region->round_up(4 * kMiB);
+  if (!r.ok(region->map_range(0, bytes), "unmap_order.map")) return;
+  cudaStream_t b = nullptr;
+  if (!cuda_ok(r, cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), "unmap_order.stream_b")) return;
+  void* out = nullptr;
+  cudaEvent_t read_done = nullptr;
+  if (!cuda_ok(r, cudaMalloc(&out, bytes), "unmap_order.out") ||
+      !cuda_ok(r, cudaEventCreateWithFlags(&read_done, cudaEventDisableTiming), "unmap_order.event"))
+    return;
+  cudaMemsetAsync(region->base(), 0x5a, bytes, a);
+  r.ok(region->record_use(a), "unmap_order.writer_records_use");
+  cuda_ok(r, cudaStreamSynchronize(a), "unmap_order.sync_a");
+  spin_kernel<<<1, 1, 0, b>>>(600000000LL);
+  cudaMemcpyAsync(out, region->base(), bytes, cudaMemcpyDeviceToDevice, b);
+  r.ok(region->record_use(b), "unmap_order.reader_records_use");
+  cudaEventRecord(read_done, b);
+  obs.watch = read_done;
+  cudaMemsetAsync(region->base(), 0x5a, bytes, a);  // same bytes: A is now the most recent user
+  r.ok(region->record_use(a), "unmap_order.writer_records_use_again");
+  r.eq(region->streams_in_use(), 2, "unmap_order.two_streams_remembered");
+  r.ok(region->unmap_range(0, bytes), "unmap_order.release");
+  r.check(obs.unmaps > 0, "unmap_order.unmapped", "the release issued no unmap");
+  r.eq(obs.unmaps_while_reading, 0, "unmap_order.no_unmap_while_the_reader_may_run");
+  if (cuda_ok(r, cudaStreamSynchronize(b), "unmap_order.reader_finished")) {
+    std::vector<uint8_t> got(bytes);
+    if (cuda_ok(r, cudaMemcpy(got.data(), out, bytes, cudaMemcpyDeviceToHost), "unmap_order.download")) {
+      r.check(std::all_of(got.begin(), got.end(), [](uint8_t x) { return x == 0x5a; }),
+              "unmap_order.reader_saw_the_bytes");
+    }
+  }
+  region.reset();
+  cudaEventDestroy(read_done);
+  cudaFree(out);
+  cudaStreamDestroy(b);
+}
+
 // After fork() in a process that used CUDA, the child's CUDA calls fail with a clear error instead
 // of hanging; the parent is unaffected. A child that hangs is killed by its alarm and reported.
 void test_fork_child_gets_an_error(Report& r, std::mt19937& rng, cudaStream_t stream) {
@@ -465,6 +538,7 @@ int main() {
   test_unmap_waits(r, rng, stream);
   test_fork_child_gets_an_error(r, rng, stream);
   test_release_waits_for_a_reader_on_another_stream(r, rng, stream);
+  test_unmap_never_overtakes_a_reader(r, stream);
   cudaStreamDestroy(stream);
   const MemoryStats s = memory_stats(kGpu);
   r.eq(s.mapped_bytes, 0, "end.mapped_bytes_zero");
