@@ -4,22 +4,13 @@
 #include <iterator>
 #include <string>
 
+#include "cache_registry.h"
 #include "stats.h"
 
 namespace pvt {
+
 namespace {
-
-// Registry of live caches by base address, so a raw pointer can be traced back to its cache.
-// Leaked on purpose: caches may die during static destruction at interpreter exit.
-std::mutex& registry_mutex() {
-  static auto* mu = new std::mutex();
-  return *mu;
-}
-std::map<const char*, std::weak_ptr<SeqMajorCache>>& registry() {
-  static auto* r = new std::map<const char*, std::weak_ptr<SeqMajorCache>>();
-  return *r;
-}
-
+using Registry = CacheRegistry<SeqMajorCache>;
 }  // namespace
 
 Status SeqMajorCache::create(Device device, const CacheShape& shape, const CacheConfig& config,
@@ -60,31 +51,14 @@ Status SeqMajorCache::create_impl(Device device, const CacheShape& shape, const 
   // The reservation is rounded up to whole chunks, but the capacity stays what was asked for, so
   // "past the reservation" means past max_seq_len, whatever the chunk size.
   std::shared_ptr<SeqMajorCache> cache(new SeqMajorCache(shape, config.capacity_tokens, std::move(region)));
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex());
-    registry()[cache->data()] = cache;  // on bad_alloc `cache` dies here and frees the region
-  }
+  Registry::add(cache);  // on bad_alloc `cache` dies here and frees the region
   *out = std::move(cache);
   return Status::Ok();
 }
 
-SeqMajorCache::~SeqMajorCache() {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  registry().erase(region_->base());
-}
+SeqMajorCache::~SeqMajorCache() { Registry::remove(region_->base()); }
 
-std::shared_ptr<SeqMajorCache> SeqMajorCache::find(const void* ptr) {
-  const char* p = static_cast<const char*>(ptr);
-  std::shared_ptr<SeqMajorCache> cache;  // outlives the lock: its destructor takes the same mutex
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex());
-    auto it = registry().upper_bound(p);
-    if (it == registry().begin()) return nullptr;
-    cache = std::prev(it)->second.lock();
-  }
-  if (cache && p < cache->data() + cache->reserved_bytes()) return cache;
-  return nullptr;
-}
+std::shared_ptr<SeqMajorCache> SeqMajorCache::find(const void* ptr) { return Registry::find(ptr); }
 
 SeqMajorCache::SeqMajorCache(CacheShape shape, int64_t capacity_tokens, std::unique_ptr<Region> region)
     : shape_(shape), capacity_tokens_(capacity_tokens), region_(std::move(region)) {}

@@ -6,22 +6,14 @@
 #include <map>
 #include <string>
 
+#include "cache_registry.h"
 #include "seq_cache.h"
 #include "stats.h"
 
 namespace pvt {
+
 namespace {
-
-// Live slot caches by base address (as SeqMajorCache keeps its own), leaked on purpose.
-std::mutex& registry_mutex() {
-  static auto* mu = new std::mutex();
-  return *mu;
-}
-std::map<const char*, std::weak_ptr<SlotCache>>& registry() {
-  static auto* r = new std::map<const char*, std::weak_ptr<SlotCache>>();
-  return *r;
-}
-
+using Registry = CacheRegistry<SlotCache>;
 }  // namespace
 
 Status SlotCache::create(Device device, const SlotCacheShape& shape, size_t chunk_bytes,
@@ -44,8 +36,7 @@ Status SlotCache::create(Device device, const SlotCacheShape& shape, size_t chun
                                      chunk_bytes ? chunk_bytes : kDefaultChunkBytes, &region));
   out->reset(new SlotCache(shape, std::move(region)));
   stats_detail::add_views(device, 1);  // the cache tensor: one live VTensor
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  registry()[(*out)->data()] = *out;
+  Registry::add(*out);
   return Status::Ok();
 }
 
@@ -53,25 +44,11 @@ SlotCache::SlotCache(SlotCacheShape shape, std::unique_ptr<Region> region)
     : shape_(shape), region_(std::move(region)), mapped_(static_cast<size_t>(shape.num_slots), 0) {}
 
 SlotCache::~SlotCache() {
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex());
-    registry().erase(region_->base());
-  }
+  Registry::remove(region_->base());
   stats_detail::add_views(device(), -1);
 }
 
-std::shared_ptr<SlotCache> SlotCache::find(const void* ptr) {
-  const char* p = static_cast<const char*>(ptr);
-  std::shared_ptr<SlotCache> cache;
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex());
-    auto it = registry().upper_bound(p);
-    if (it == registry().begin()) return nullptr;
-    cache = std::prev(it)->second.lock();
-  }
-  if (cache && p < cache->data() + cache->reserved_bytes()) return cache;
-  return nullptr;
-}
+std::shared_ptr<SlotCache> SlotCache::find(const void* ptr) { return Registry::find(ptr); }
 
 size_t SlotCache::mapped_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "decode_attention.h"
+#include "float_convert_cuda.cuh"
 
 namespace pvt {
 namespace decode_cuda {
@@ -19,15 +20,8 @@ namespace decode_cuda {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
-template <typename T> __device__ __forceinline__ float to_float(T x);
-template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+using cuda_float::from_float;
+using cuda_float::to_float;
 
 // Additive mask value: bool false -> -inf.
 __device__ __forceinline__ float mask_value(const void* mask, int64_t i, ScalarType t) {

@@ -9,8 +9,11 @@
 //     per lane, what keeps HBM busy), then scores them and folds them into a float32 online softmax
 //     with ONE rescale per tile. Key groups merge by shuffles, warps through shared memory. Used for
 //     one row per kv head (MHA decode), masks, and layouts without 16-byte loads.
-//   * decode_attention_rows_kernel (decode_attention_rows_cuda.cuh): several unmasked rows per kv head;
-//     K/V tiles staged in shared memory by cp.async, one row per warp.
+//   * decode_attention_mma_kernel (decode_attention_mma_cuda.cuh): 2-16 unmasked rows per kv head of
+//     a 16-bit cache with head_dim 64 or 128 (GQA, Tq > 1) on tensor cores: K/V tiles in shared memory,
+//     all rows at once as the M side of mma.sync.
+//   * decode_attention_rows_kernel (decode_attention_rows_cuda.cuh): the other unmasked cases with
+//     several rows per kv head; K/V tiles staged in shared memory by cp.async, one row per warp.
 // With several splits a second small kernel merges the partial results from the workspace (as
 // FlashInfer's and flash-attention's split-KV decode do), launched as a programmatic dependent launch.
 //
@@ -35,6 +38,7 @@
 #include "../core/cuda_check.h"
 #include "decode_attention.h"
 #include "decode_attention_common_cuda.cuh"
+#include "decode_attention_mma_cuda.cuh"
 #include "decode_attention_rows_cuda.cuh"
 
 namespace pvt {
@@ -58,6 +62,7 @@ struct Plan {
   int64_t keys_per_split = 0;
   int64_t rows_total = 0;  // B * Hq * Tq: rows of the workspace
   bool rows_kernel = false;  // decode_attention_rows_kernel: K/V tiles in shared memory, a row per warp
+  bool mma_kernel = false;   // decode_attention_mma_kernel: all rows of a kv head on tensor cores
 };
 
 
@@ -275,35 +280,63 @@ __global__ void __launch_bounds__(kThreads)
         ws.ml[(split * rows_total + g) * 2] = mx;
         ws.ml[(split * rows_total + g) * 2 + 1] = sum;
       }
-      if (mx != -INFINITY) ws.acc[(split * rows_total + g) * D + d] = a;  // the merge skips m = -inf
+      ws.acc[(split * rows_total + g) * D + d] = a;  // zeros when the split saw nothing: the merge reads all
     }
   }
 }
 
 // One block per (b, h, t) row: merges the splits' partial softmax results. Splits that saw no key
-// (m = -inf, e.g. past a shorter entry's length) are skipped without reading their accumulator.
+// (m = -inf, e.g. past a shorter entry's length) get weight 0; every split wrote its accumulator
+// (zeros then), so the loads need no condition. The splits are read in parallel, not one after
+// another: first every split's (m, l) by its own thread, then per output element the accumulators
+// eight loads at a time. (A loop over the splits with a load behind a branch per split waits out
+// one L2 latency per split: under Nsight Compute 19 us for 32 splits on the H200, more than the
+// attention kernel before it.)
 template <typename T>
 __global__ void merge_splits_kernel(const DecodeAttentionParams p, const int64_t splits, Workspace ws) {
+  __shared__ float scale[kMaxSplits];  // exp(m_j - max), 0 for a split that saw nothing
+  __shared__ float part[32];
   const int64_t g = blockIdx.x, D = p.head_dim, Tq = p.q_len;
   const int64_t rows_total = p.batch * p.q_heads * Tq;
   const int64_t t = g % Tq, h = (g / Tq) % p.q_heads, b = g / (Tq * p.q_heads);
+  const int tid = static_cast<int>(threadIdx.x), nthreads = static_cast<int>(blockDim.x);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");  // the main kernel's partials are complete
 #endif
   const Entry e = entry_of(p, b);
   if (t >= e.q_count) return;
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < splits; ++j) mx = fmaxf(mx, ws.ml[(j * rows_total + g) * 2]);
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    float sum = 0.f, a = 0.f;
-    if (mx != -INFINITY) {
-      for (int64_t j = 0; j < splits; ++j) {
-        const float mj = ws.ml[(j * rows_total + g) * 2];
-        if (mj == -INFINITY) continue;
-        const float c = __expf(mj - mx);
-        sum += ws.ml[(j * rows_total + g) * 2 + 1] * c;
-        a += ws.acc[(j * rows_total + g) * D + d] * c;
-      }
+  // Block-wide max or sum of one value per thread (every thread gets the result).
+  auto reduce = [&](float v, bool is_max) {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      const float o = __shfl_xor_sync(0xffffffffu, v, off);
+      v = is_max ? fmaxf(v, o) : v + o;
+    }
+    __syncthreads();  // `part` is free (a previous reduction has been read)
+    if (tid % 32 == 0) part[tid / 32] = v;
+    __syncthreads();
+    v = part[0];
+    for (int w = 1; w < nthreads / 32; ++w) v = is_max ? fmaxf(v, part[w]) : v + part[w];
+    return v;
+  };
+  float m_mine = -INFINITY;
+  for (int64_t j = tid; j < splits; j += nthreads) {
+    scale[j] = ws.ml[(j * rows_total + g) * 2];
+    m_mine = fmaxf(m_mine, scale[j]);
+  }
+  const float mx = reduce(m_mine, true);
+  float l_mine = 0.f;
+  for (int64_t j = tid; j < splits; j += nthreads) {
+    const float c = (mx == -INFINITY || scale[j] == -INFINITY) ? 0.f : __expf(scale[j] - mx);
+    scale[j] = c;
+    if (c != 0.f) l_mine += c * ws.ml[(j * rows_total + g) * 2 + 1];
+  }
+  const float sum = reduce(l_mine, false);  // its barriers also publish `scale`
+  for (int64_t d = tid; d < D; d += nthreads) {
+    float a = 0.f;
+#pragma unroll 8
+    for (int64_t j = 0; j < splits; ++j) {
+      a += scale[j] * ws.acc[(j * rows_total + g) * D + d];
     }
     write_row<T>(p, e, b, t, h, d, mx, sum, a);
   }
@@ -396,6 +429,13 @@ Plan make_plan(const DecodeAttentionParams& p) {
     plan.lanes = static_cast<int>(key_chunks);
     plan.chunks = 1;
     plan.rows = kWarps;
+    // 16-bit caches with up to 16 rows per kv head and head_dim 64 or 128: all rows in one MMA.
+    // PVT_DECODE_NO_MMA=1 keeps the row-per-warp kernel: a benchmark knob (both in one run).
+    if (eb == 2 && R <= kMmaMaxRows && (D == 64 || D == 128) && std::getenv("PVT_DECODE_NO_MMA") == nullptr) {
+      plan.rows_kernel = false;
+      plan.mma_kernel = true;
+      plan.rows = kMmaMaxRows;
+    }
   }
   plan.row_groups = (R + plan.rows - 1) / plan.rows;
   plan.rows_total = p.batch * p.q_heads * p.q_len;
@@ -451,11 +491,52 @@ Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaSt
   using I32 = std::integral_constant<int, 32>;
   using IV = std::integral_constant<int, kVec>;
   using IF = std::integral_constant<int, kFallbackChunks>;
+  if (plan->mma_kernel) {
+    if constexpr (sizeof(T) == 2) {
+      auto mma = [&](auto d_c) -> Status {
+        constexpr int Dh = decltype(d_c)::value;
+        constexpr size_t smem = mma_smem_bytes(Dh);
+        // Over the 48 KiB default: opt in once per instance (not a stream operation: fine while a
+        // graph is being captured, and done at the first plan, before any capture).
+        static const int resident = [] {  // only checks that the kernel fits (see the split choice)
+          int blocks = 0;
+          if (cudaFuncSetAttribute(decode_attention_mma_kernel<T, Dh>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(smem)) != cudaSuccess ||
+              cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_attention_mma_kernel<T, Dh>, kThreads,
+                                                            smem) != cudaSuccess ||
+              blocks <= 0) {
+            cudaGetLastError();
+            return 0;
+          }
+          return blocks;
+        }();
+        if (resident == 0) {
+          return Status(Code::kDriver, "decode_attention_cuda: the tensor-core kernel cannot be resident (" +
+                                           std::to_string(smem) + " bytes of shared memory)");
+        }
+        if (!launch) {
+          // One block per SM, not `resident` (2): on the H200 (GQA 32/8, fp16) that was as fast or
+          // faster on all 12 shapes of B x S, up to 9% (B = 1, S = 16k); fewer, longer blocks keep
+          // their tile pipeline full and leave half the partials to merge (docs/H200_DECODE_PARITY.md).
+          const char* knob = std::getenv("PVT_DECODE_MMA_BLOCKS_PER_SM");  // benchmark knob, unset in use
+          plan_splits(p, plan, knob ? std::max(1, std::atoi(knob)) : 1);
+          return Status::Ok();
+        }
+        const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan->splits), 1);
+        decode_attention_mma_kernel<T, Dh><<<grid, kThreads, smem, stream>>>(p, plan->keys_per_split, plan->splits, ws);
+        PVT_CU_CHECK(cudaGetLastError());
+        return Status::Ok();
+      };
+      if (p.head_dim == 64) return mma(std::integral_constant<int, 64>{});
+      return mma(std::integral_constant<int, 128>{});
+    }
+    return Status(Code::kInvalidArgument, "decode_attention_cuda: the tensor-core kernel needs a 16-bit cache");
+  }
   if (plan->rows_kernel) {
     auto rows = [&](auto lanes_c) -> Status {
       constexpr int L = decltype(lanes_c)::value;
       if (!launch) {
-        static const int resident = [] {
+        static const int resident = [] {  // only checks that the kernel fits (see the split choice)
           int blocks = 0;
           if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_attention_rows_kernel<T, L>, kThreads, 0) !=
                   cudaSuccess ||

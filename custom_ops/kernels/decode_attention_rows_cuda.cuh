@@ -173,10 +173,8 @@ __global__ void __launch_bounds__(kThreads)
       ws.ml[(split * rows_total + g) * 2] = m;
       ws.ml[(split * rows_total + g) * 2 + 1] = l;
     }
-    if (m != -INFINITY) {
-#pragma unroll
-      for (int d = 0; d < VEC; ++d) ws.acc[(split * rows_total + g) * p.head_dim + lk * VEC + d] = acc[d];
-    }
+#pragma unroll  // zeros when the split saw nothing: the merge reads every split
+    for (int d = 0; d < VEC; ++d) ws.acc[(split * rows_total + g) * p.head_dim + lk * VEC + d] = acc[d];
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include "../core/cuda_check.h"
 #include "merge_attention_states.h"
+#include "float_convert_cuda.cuh"
 
 namespace pvt {
 namespace {
@@ -22,15 +23,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;
 
-template <typename T> __device__ __forceinline__ float to_float(T x);
-template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+using cuda_float::from_float;
+using cuda_float::to_float;
 
 template <typename T>
 __global__ void merge_kernel(MergeAttentionStatesParams p) {

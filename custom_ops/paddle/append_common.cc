@@ -6,12 +6,6 @@
 
 namespace pvt {
 
-std::string dims_str(const phi::DDim& d) {
-  std::string s = "[";
-  for (int i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
 void check_defined(const paddle::Tensor& t, const char* op, const char* what) {
   PD_CHECK(t.defined(), op, ": ", what, " must be a tensor, got None");
 }

@@ -15,9 +15,6 @@
 
 namespace pvt {
 
-// "[2, 5, 3, 8]"
-std::string dims_str(const phi::DDim& d);
-
 // Refuses an absent tensor (None from Python reaches a custom op as a tensor without an impl), which
 // every other check would dereference.
 void check_defined(const paddle::Tensor& t, const char* op, const char* what);

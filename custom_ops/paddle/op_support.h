@@ -6,5 +6,6 @@
 #include "device_guard.h"
 #include "launch_append.h"
 #include "op_errors.h"
+#include "op_tensor_info.h"
 #include "streams.h"
 #include "vtensor_allocation.h"

@@ -23,17 +23,10 @@ namespace {
 constexpr const char* kOp = pvt::names::kDecodeAttention;
 using pvt::dims_str;
 
-// The one dtype dispatch of this op: Paddle dtype -> kernel scalar type.
+// Paddle dtype -> kernel scalar type (bool only makes sense for the mask; q's bool is refused by the
+// q/k/v dtype checks).
 pvt::ScalarType scalar_type(phi::DataType dtype, const char* what) {
-  switch (dtype) {
-    case phi::DataType::FLOAT32: return pvt::ScalarType::kFloat32;
-    case phi::DataType::FLOAT16: return pvt::ScalarType::kFloat16;
-    case phi::DataType::BFLOAT16: return pvt::ScalarType::kBFloat16;
-    case phi::DataType::BOOL: return pvt::ScalarType::kBool;
-    default:
-      PD_THROW(kOp, ": ", what, " has dtype ", phi::DataTypeToString(dtype),
-               "; expected float32, float16 or bfloat16 (or bool for the mask)");
-  }
+  return pvt::scalar_type_of(dtype, kOp, what, /*allow_bool=*/true);
 }
 
 // The op's only checks: the Python wrapper passes its arguments straight through.

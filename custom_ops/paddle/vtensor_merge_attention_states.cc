@@ -13,22 +13,9 @@ namespace {
 
 constexpr const char* kOp = pvt::names::kMergeAttentionStates;
 
-std::string dims_str(const phi::DDim& d) {
-  std::string s = "[";
-  for (int i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
+using pvt::dims_str;
 
-pvt::ScalarType scalar_type(phi::DataType dtype) {
-  switch (dtype) {
-    case phi::DataType::FLOAT32: return pvt::ScalarType::kFloat32;
-    case phi::DataType::FLOAT16: return pvt::ScalarType::kFloat16;
-    case phi::DataType::BFLOAT16: return pvt::ScalarType::kBFloat16;
-    default:
-      PD_THROW(kOp, ": outputs have dtype ", phi::DataTypeToString(dtype),
-               "; expected float32, float16 or bfloat16");
-  }
-}
+pvt::ScalarType scalar_type(phi::DataType dtype) { return pvt::scalar_type_of(dtype, kOp, "each output"); }
 
 void check_inputs(const std::vector<paddle::Tensor>& outs, const std::vector<paddle::Tensor>& lses) {
   PD_CHECK(!outs.empty(), kOp, ": needs at least one part, got none");

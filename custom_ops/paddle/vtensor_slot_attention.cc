@@ -28,20 +28,9 @@ namespace {
 
 constexpr const char* kOp = pvt::names::kSlotAttention;
 
-std::string dims_str(const phi::DDim& d) {
-  std::string s = "[";
-  for (int i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
+using pvt::dims_str;
 
-pvt::ScalarType scalar_type(phi::DataType dtype) {
-  switch (dtype) {
-    case phi::DataType::FLOAT32: return pvt::ScalarType::kFloat32;
-    case phi::DataType::FLOAT16: return pvt::ScalarType::kFloat16;
-    case phi::DataType::BFLOAT16: return pvt::ScalarType::kBFloat16;
-    default: PD_THROW(kOp, ": q has dtype ", phi::DataTypeToString(dtype), "; expected float32, float16 or bfloat16");
-  }
-}
+pvt::ScalarType scalar_type(phi::DataType dtype) { return pvt::scalar_type_of(dtype, kOp, "q"); }
 
 void check_int32(const paddle::Tensor& t, const char* what, int64_t want_len, const phi::Place& place) {
   PD_CHECK(t.dtype() == phi::DataType::INT32, kOp, ": ", what, " must be int32, got ",

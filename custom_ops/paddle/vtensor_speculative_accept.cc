@@ -30,11 +30,7 @@ constexpr const char* kOp = pvt::names::kSpeculativeAccept;
 // loop took (pvt_speculative_accept_launches below).
 std::atomic<int64_t> g_launches[2];
 
-std::string dims_str(const phi::DDim& d) {
-  std::string s = "[";
-  for (int i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
+using pvt::dims_str;
 
 void check_tensor(const paddle::Tensor& t, const char* name, phi::DataType dtype, std::vector<int64_t> shape,
                   const phi::Place& place) {

@@ -5,15 +5,18 @@ For each dtype (fp16, bf16), heads (MHA 32/32, GQA 32/8), B in {1, 8, 32}, S in 
 (where memory allows), head_dim 128, one query token:
   sdpa_<backend>   F.scaled_dot_product_attention on contiguous [B, H, S, D] (cudnn, flash, efficient)
   ours_seq         our kernel over a seq-major cache [S, B, Hkv, D] (the VTensor layout), kv_len = S
+  ours_seq_rows    (GQA only) ours_seq with PVT_DECODE_NO_MMA=1: the row-per-warp kernel instead of the
+                   tensor-core one, for comparison in the same run
   ours_slot        our kernel over a per-slot cache [B, Smax, Hkv, D] with per-sequence lengths on the
                    device (cache_seqlens = S - 1 each, plus the query's own token; Smax = S + 64)
 Times: `iters` back-to-back calls captured in a CUDA graph and replayed (GPU time per call, no Python
 or launch cost), the best of 5 interleaved repetitions; `_eager_us` is the same calls launched one by
 one from Python (includes each framework's per-call CPU cost).
 Bandwidth counts the K+V bytes read once. Also checks each output against SDPA (max abs error).
-Usage: python3 tests/gpu/bench_attention.py OUT.json [--quick]
+Usage: python3 tests/gpu/bench_attention.py OUT.json [--quick] [--kv-heads 32|8]
 """
 import json
+import os
 import sys
 import time
 
@@ -63,7 +66,6 @@ def copy_rate():
 
 def sweep(ext, out_path):
     """Time per call of ours_seq for forced split counts (PVT_DECODE_SPLITS), to fit the heuristic."""
-    import os
     rows = []
     D, H, dt = 128, 32, torch.float16
     for kvh in (32, 8):
@@ -114,8 +116,9 @@ def main():
     print(json.dumps({"device": torch.cuda.get_device_name(), "d2d_copy_gbs": round(copy_gbs)}), flush=True)
     D, H = 128, 32
     dts = (torch.float16,) if quick else (torch.float16, torch.bfloat16)
+    kv_heads = (int(sys.argv[sys.argv.index("--kv-heads") + 1]),) if "--kv-heads" in sys.argv else (32, 8)
     for dt in dts:
-        for kvh in (32, 8):
+        for kvh in kv_heads:
             for B in (1, 8, 32):
                 for S in (1024, 4096, 16384, 65536):
                     kv_bytes = 2 * B * S * kvh * D * 2
@@ -154,6 +157,20 @@ def main():
                     torch.cuda.synchronize()
                     if ref is not None:
                         r["err_ours_seq"] = float((out.float() - ref.transpose(1, 2).float()).abs().max())
+                    if kvh != H:  # the row-per-warp kernel the tensor-core one replaced, same run
+                        out3 = torch.empty_like(out)
+
+                        def rows_fn():
+                            os.environ["PVT_DECODE_NO_MMA"] = "1"  # read when each call plans
+                            try:
+                                ext.attention(qo, ks, vs, out3, S, ws3)
+                            finally:
+                                del os.environ["PVT_DECODE_NO_MMA"]
+                        os.environ["PVT_DECODE_NO_MMA"] = "1"
+                        ws3 = torch.empty(max(1, ext.workspace_bytes(qo, ks, vs, out3, S)), dtype=torch.uint8,
+                                          device=dev)
+                        del os.environ["PVT_DECODE_NO_MMA"]
+                        fns["ours_seq_rows"] = rows_fn
                     smax = S + 64
                     kslot = torch.empty(B, smax, kvh, D, device=dev, dtype=dt)
                     vslot = torch.empty_like(kslot)
@@ -189,6 +206,8 @@ def main():
                     r["sdpa_best"] = sd_best[1]
                     r["seq_vs_best"] = round(best["ours_seq"] / sd_best[0], 3)
                     r["slot_vs_best"] = round(best["ours_slot"] / sd_best[0], 3)
+                    if "ours_seq_rows" in best:
+                        r["rows_kernel_vs_best"] = round(best["ours_seq_rows"] / sd_best[0], 3)
                     r["ours_seq_pct_copy"] = round(100 * r["ours_seq_gbs"] / copy_gbs, 1)
                     rows.append(r)
                     print(json.dumps(r), flush=True)

@@ -195,6 +195,12 @@ void test_variants(Report& r, std::mt19937& rng, cudaStream_t stream) {
       {"pad8.fp16", 2, 1, 8, 4, 128, 400, f16, ScalarType::kBool, false, 8},
       {"pad3.bf16.fallback", 2, 1, 4, 2, 64, 300, bf16, ScalarType::kBool, false, 3},
       {"misaligned.fp32.fallback", 1, 1, 4, 4, 128, 5000, f32, ScalarType::kBool, false, 0, true},
+      // The tensor-core kernel (16-bit, head_dim 64/128, 2-16 rows per kv head): 12 and 5 rows,
+      // all 16 rows at head_dim 64, and GQA 32/8 over a long context with many splits.
+      {"mma.tq3.gqa4_rows12.fp16", 2, 3, 8, 2, 128, 1500, f16},
+      {"mma.tq5.mha_rows5.bf16", 3, 5, 4, 4, 128, 257, bf16},
+      {"mma.d64.tq2.rows16.fp16", 2, 2, 16, 2, 64, 999, f16},
+      {"mma.gqa32_8.s20000.bf16", 1, 1, 32, 8, 128, 20000, bf16},
       // Long context, batch 1: many splits.
       {"s65536.b1.fp16", 1, 1, 4, 4, 128, 65536, f16},
   };

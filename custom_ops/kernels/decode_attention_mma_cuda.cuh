@@ -1,0 +1,326 @@
+// Decode attention on tensor cores for the query rows that share one kv head (GQA groups, Tq > 1),
+// fp16/bf16, as FlashInfer does for grouped heads: the rows of one (entry, kv head), up to 16, are the
+// M = 16 side of mma.sync.m16n8k16, so each key element is read from shared memory ONCE for all of
+// them and the dot products and their sums happen inside the MMA. (The row-per-warp kernel,
+// decode_attention_rows_cuda.cuh, converts and multiplies every key once per row: 1.3-2x slower than
+// cuDNN for GQA 32/8 on the H200, docs/H200_DECODE_PARITY.md.)
+//
+// Block = 4 warps, one (entry, kv head) and one split of its keys. Tiles of kMmaKeys = 64 keys of K
+// and V go to shared memory by 16-byte cp.async, kMmaStages deep, rows XOR-swizzled so that
+// ldmatrix reads 8 keys without bank conflicts. Warp w takes keys [16w, 16w + 16) of every tile and
+// keeps its own online softmax (m, l, O as MMA accumulators), FlashAttention-2 style: S = Q K^T
+// (K via ldmatrix), P = exp(S - m) re-packed in registers as the A operand of O += P V (V via
+// ldmatrix.trans). The four warps' partial states merge through shared memory at the end, in the
+// same workspace format as the other kernels (merge_splits_kernel). P is rounded to the cache's
+// 16-bit type for the second MMA, as flash-attention does; everything else accumulates in float32.
+#pragma once
+
+#include "decode_attention_common_cuda.cuh"
+#include "decode_attention_rows_cuda.cuh"  // cp_async16 / commit / wait
+
+namespace pvt {
+namespace decode_cuda {
+
+constexpr int kMmaKeys = 64;     // keys per tile: 16 per warp
+constexpr int kMmaMaxRows = 16;  // the M of the MMA
+constexpr int kMmaStages = 3;    // tiles in flight: two load while one is used
+
+// Dynamic shared memory of the kernel for head dim D: kMmaStages stages of a K and a V tile.
+__host__ __device__ constexpr size_t mma_smem_bytes(int D) {
+  return static_cast<size_t>(kMmaStages) * 2 * kMmaKeys * D * 2;
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+#endif
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* smem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+#endif
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+#endif
+}
+
+// Two floats as one register of two 16-bit values, the lower index in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// Chunk c (16 bytes) of key n in a tile of CH chunks per key: XOR-swizzled within 8-chunk groups.
+template <int CH>
+__device__ __forceinline__ int swz(int n, int c) {
+  return n * CH + (c ^ (n & 7));
+}
+
+// T: __half or __nv_bfloat16; D: 64 or 128 (CH = D / 8 chunks of 16 bytes per key).
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    decode_attention_mma_kernel(const DecodeAttentionParams p, const int64_t keys_per_split, const int64_t splits,
+                                Workspace ws) {
+  constexpr int CH = D / 8;   // 16-byte chunks per key
+  constexpr int KS = D / 16;  // k16 steps of Q K^T
+  constexpr int NT = D / 8;   // n8 tiles of O
+  static_assert(CH >= 8 && KS % 2 == 0, "head dims of 64 or 128");
+  extern __shared__ __align__(16) uint4 smem[];
+  // Stage st of the K tile, and of the V tile.
+  auto sk = [&](int st) { return smem + st * (kMmaKeys * CH); };
+  auto sv = [&](int st) { return smem + (kMmaStages + st) * (kMmaKeys * CH); };
+
+  const int64_t Tq = p.q_len, G = p.q_heads / p.kv_heads, R = G * Tq;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t b = blockIdx.x / p.kv_heads, hk = blockIdx.x % p.kv_heads;
+  const int64_t split = blockIdx.y;
+
+  const Entry e = entry_of(p, b);
+  if (e.refused && p.error_flag != nullptr && split == 0 && threadIdx.x == 0) *p.error_flag = 1;
+  const int64_t s_lo = split * keys_per_split;
+  const int64_t s_hi = s_lo + keys_per_split < e.n ? s_lo + keys_per_split : e.n;
+
+  const T* kb = static_cast<const T*>(p.k) + e.kv_row * p.k_stride[1] + hk * p.k_stride[2];
+  const T* vb = static_cast<const T*>(p.v) + e.kv_row * p.v_stride[1] + hk * p.v_stride[2];
+  const int64_t ks0 = p.k_stride[0], vs0 = p.v_stride[0];
+  const int64_t n_tiles = s_hi > s_lo ? (s_hi - s_lo + kMmaKeys - 1) / kMmaKeys : 0;
+
+  auto load_tile = [&](int64_t tile, int stage) {
+    const int64_t t0 = s_lo + tile * kMmaKeys;
+    static_assert((kMmaKeys * CH) % kThreads == 0, "a tile is a whole number of chunks per thread");
+#pragma unroll
+    for (int it = 0; it < kMmaKeys * CH / kThreads; ++it) {
+      const int c = it * kThreads + static_cast<int>(threadIdx.x);
+      const int key = c / CH, ch = c % CH;
+      const int64_t s = t0 + key;
+      const bool ok = s < s_hi;  // past the split: zeros, never read (and masked below)
+      cp_async16(sk(stage) + swz<CH>(key, ch), ok ? kb + s * ks0 + ch * 8 : kb, ok);
+      cp_async16(sv(stage) + swz<CH>(key, ch), ok ? vb + s * vs0 + ch * 8 : vb, ok);
+    }
+    cp_async_commit();
+  };
+  // The first kMmaStages - 1 tiles are in flight while the queries are read. One commit group per
+  // tile slot, empty past the last tile, so that wait_group counts stay the same.
+#pragma unroll
+  for (int st = 0; st < kMmaStages - 1; ++st) {
+    if (st < n_tiles) {
+      load_tile(st, st);
+    } else {
+      cp_async_commit();
+    }
+  }
+
+  // This thread's two rows of every accumulator fragment, r0 = lane / 4 and r0 + 8: where their
+  // query lies (-1: no such row in this entry) and the keys they see, s < vis_end (causal, clipped
+  // to the split). Integer division once per row here, never per element.
+  const int r0 = lane / 4;
+  const int tq = static_cast<int>(Tq), rows = static_cast<int>(R);
+  int64_t q_at[2], vis_end[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = r0 + 8 * i;
+    const int hg = row / tq, t = row - hg * tq;
+    const bool live = row < rows && t < e.q_count;
+    q_at[i] = live ? (p.cu_seqlens_q ? (e.q_begin + t) * p.q_stride[1] : b * p.q_stride[0] + t * p.q_stride[1]) +
+                         (hk * G + hg) * p.q_stride[2]
+                   : -1;
+    vis_end[i] = live ? (e.past + t + 1 < s_hi ? e.past + t + 1 : s_hi) : s_lo;
+  }
+
+  // Q as the A operand, one fragment per k16 step (rows that are not live are zeros); the softmax
+  // scale is applied to the float32 scores.
+  uint32_t qa[KS][4];
+  {
+    const T* q = static_cast<const T*>(p.q);
+    const int64_t qd = p.q_stride[3];
+    auto qv = [&](int i, int d) { return q_at[i] < 0 ? 0.f : to_float(q[q_at[i] + d * qd]); };
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      const int d = ks * 16 + 2 * (lane % 4);
+      qa[ks][0] = pack2<T>(qv(0, d), qv(0, d + 1));
+      qa[ks][1] = pack2<T>(qv(1, d), qv(1, d + 1));
+      qa[ks][2] = pack2<T>(qv(0, d + 8), qv(0, d + 9));
+      qa[ks][3] = pack2<T>(qv(1, d + 8), qv(1, d + 9));
+    }
+  }
+
+
+  // Scores in the log2 domain: exp(x) = exp2(x * log2 e).
+  const float scale2 = p.scale * 1.4426950408889634f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float o[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+
+  for (int64_t i = 0; i < n_tiles; ++i) {
+    cp_async_wait<kMmaStages - 2>();  // tile i has landed
+    __syncthreads();                  // ... for every thread; and every warp is done with tile i - 1
+    const int64_t next = i + kMmaStages - 1;
+    if (next < n_tiles) {
+      load_tile(next, static_cast<int>(next % kMmaStages));  // into tile i - 1's stage
+    } else {
+      cp_async_commit();
+    }
+    const int stage = static_cast<int>(i % kMmaStages);
+    const int kw = warp * 16;                          // the warp's first key in the tile
+    const int64_t s_w = s_lo + i * kMmaKeys + kw;      // its global index
+    if (__any_sync(0xffffffffu, s_w < vis_end[0] || s_w < vis_end[1])) {  // warp-uniform: MMAs need every lane
+      // S = Q K^T for the warp's 16 keys: two n8 tiles.
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int key = kw + nt * 8 + (lane & 7);
+#pragma unroll
+        for (int kp = 0; kp < KS; kp += 2) {  // two k16 steps per ldmatrix.x4: chunks 2kp .. 2kp + 3
+          uint32_t kf[4];
+          ldmatrix_x4(kf, sk(stage) + swz<CH>(key, 2 * kp + (lane >> 3)));
+          mma_16816<T>(s[nt], qa[kp], kf[0], kf[1]);
+          mma_16816<T>(s[nt], qa[kp + 1], kf[2], kf[3]);
+        }
+      }
+      // Online softmax of rows r0 (s[.][0..1]) and r0 + 8 (s[.][2..3]); lanes 4r..4r+3 share a row.
+      float corr[2];
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int64_t sg = s_w + nt * 8 + 2 * (lane % 4) + j;
+            float& x = s[nt][2 * hi + j];
+            x = sg < vis_end[hi] ? x * scale2 : -INFINITY;
+            mx = fmaxf(mx, x);
+          }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[hi], mx);
+        corr[hi] = m_new == -INFINITY ? 1.f : exp2f(m[hi] - m_new);
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            float& x = s[nt][2 * hi + j];
+            x = m_new == -INFINITY ? 0.f : exp2f(x - m_new);
+            sum += x;
+          }
+        }
+        l[hi] = l[hi] * corr[hi] + sum;  // this lane's share; the 4 lanes of a row add up at the end
+        m[hi] = m_new;
+      }
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
+      }
+      // O += P V: P (16 rows x 16 keys) is the A operand straight from the S accumulators.
+      uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]), pack2<T>(s[1][0], s[1][1]),
+                        pack2<T>(s[1][2], s[1][3])};
+      const int vkey = kw + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int dn = 0; dn < NT; dn += 2) {  // two n8 tiles of dims (chunks dn, dn + 1) per ldmatrix
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, sv(stage) + swz<CH>(vkey, dn + (lane >> 4)));
+        mma_16816<T>(o[dn], pa, vf[0], vf[1]);
+        mma_16816<T>(o[dn + 1], pa, vf[2], vf[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the tiles' space is free for the merge below
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");  // see decode_attention_kernel
+#endif
+  // Each row's l over its 4 lanes, then the warps' states through shared memory (the tiles' space).
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    l[hi] += __shfl_xor_sync(0xffffffffu, l[hi], 1);
+    l[hi] += __shfl_xor_sync(0xffffffffu, l[hi], 2);
+  }
+  float* sm_o = reinterpret_cast<float*>(smem);               // [kWarps][16][D]
+  float* sm_m = sm_o + kWarps * kMmaMaxRows * D;               // [kWarps][16]
+  float* sm_l = sm_m + kWarps * kMmaMaxRows;                   // [kWarps][16]
+  static_assert((kWarps * kMmaMaxRows * (D + 2)) * sizeof(float) <= mma_smem_bytes(D), "merge fits the tiles");
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const int row = r0 + 8 * hi;
+    if (lane % 4 == 0) {
+      sm_m[warp * kMmaMaxRows + row] = m[hi];
+      sm_l[warp * kMmaMaxRows + row] = l[hi];
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const int d = n * 8 + 2 * (lane % 4);
+      sm_o[(warp * kMmaMaxRows + row) * D + d] = o[n][2 * hi];
+      sm_o[(warp * kMmaMaxRows + row) * D + d + 1] = o[n][2 * hi + 1];
+    }
+  }
+  __syncthreads();
+
+  for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) {
+    const int row = idx / D, d = idx % D;  // D is a constant: no division
+    const int hg = row / tq, t = row - hg * tq;
+    const int64_t h = hk * G + hg;
+    if (t >= e.q_count) continue;  // no such query in this entry
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w * kMmaMaxRows + row]);
+    float sum = 0.f, a = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float c = exp2f(sm_m[w * kMmaMaxRows + row] - mx);
+        sum += sm_l[w * kMmaMaxRows + row] * c;
+        a += sm_o[(w * kMmaMaxRows + row) * D + d] * c;
+      }
+    }
+    const float mx_e = mx * 0.6931471805599453f;  // back to natural-log units for lse and the merge
+    if (splits == 1) {
+      write_row<T>(p, e, b, t, h, d, mx_e, sum, a);
+    } else {
+      const int64_t g = (b * p.q_heads + h) * Tq + t, rows_total = p.batch * p.q_heads * Tq;
+      if (d == 0) {
+        ws.ml[(split * rows_total + g) * 2] = mx_e;
+        ws.ml[(split * rows_total + g) * 2 + 1] = sum;
+      }
+      ws.acc[(split * rows_total + g) * D + d] = a;  // zeros when the split saw nothing
+    }
+  }
+}
+
+}  // namespace decode_cuda
+}  // namespace pvt
