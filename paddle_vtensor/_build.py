@@ -27,18 +27,21 @@ def sources(cuda: bool) -> list[str]:
     return found
 
 
+# -fno-wrapv undoes the -fwrapv that setuptools copies from Python's own CFLAGS: with it the host
+# attention's index arithmetic cannot assume no overflow, which made that kernel 1.5x slower
+# (docs/PERFORMANCE.md, section 4). The flags are part of the source digest: changing them rebuilds.
+CXX_FLAGS = ["-O2", "-fno-wrapv", "-std=c++17", "-Wno-unused-parameter"]
+NVCC_FLAGS = ["-O2", "-std=c++17", "-DPADDLE_VTENSOR_WITH_CUDA"]
+
+
 def cxx_flags(cuda: bool) -> list[str]:
     # The digest is compiled in (c_api.cc) so an installed build can be matched against the sources.
-    # -fno-wrapv undoes the -fwrapv that setuptools copies from Python's own CFLAGS: with it the
-    # host attention's index arithmetic cannot assume no overflow, which made that kernel 1.5x slower
-    # (docs/PERFORMANCE.md, section 4).
-    flags = ["-O2", "-fno-wrapv", "-std=c++17", "-Wno-unused-parameter",
-             f"-DPVT_SOURCE_DIGEST=d{source_digest(cuda)}"]
+    flags = CXX_FLAGS + [f"-DPVT_SOURCE_DIGEST=d{source_digest(cuda)}"]
     return flags + (["-DPADDLE_VTENSOR_WITH_CUDA"] if cuda else [])
 
 
 def nvcc_flags() -> list[str]:
-    return ["-O2", "-std=c++17", "-DPADDLE_VTENSOR_WITH_CUDA"]
+    return list(NVCC_FLAGS)
 
 
 def ld_flags(cuda: bool) -> list[str]:
@@ -50,6 +53,7 @@ def source_digest(cuda: bool) -> str:
     import hashlib
 
     h = hashlib.sha256(b"cuda" if cuda else b"cpu")
+    h.update(" ".join(CXX_FLAGS + NVCC_FLAGS).encode())
     files = sources(cuda) + sorted(glob.glob(os.path.join(ROOT, "custom_ops", "**", "*.h"), recursive=True))
     files += sorted(glob.glob(os.path.join(ROOT, "custom_ops", "**", "*.cuh"), recursive=True))
     files += sorted(glob.glob(os.path.join(ROOT, "passes", "*.h")))

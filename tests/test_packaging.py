@@ -48,3 +48,24 @@ def test_an_installed_package_without_a_usable_library_says_how_to_rebuild(monke
     with pytest.raises(RuntimeError, match=r"no ops library for this paddle \(/x/_lib was built for paddle 0.0.1 "
                                            r"\(CPU\)\)\. Rebuild .*pip install --no-build-isolation"):
         _ops._jit_build()
+
+
+def test_the_ops_are_compiled_without_wrapv():
+    """setuptools puts Python's own CFLAGS (with -fwrapv) before ours; -fwrapv made the host attention
+    kernel 1.5x slower (docs/PERFORMANCE.md, section 4), so the build must switch it off again. Read
+    from the debug info of the library this process loaded (its compile flags, as gcc records them)."""
+    import shutil
+    import subprocess
+
+    from paddle_vtensor import _ops
+
+    if shutil.which("readelf") is None:
+        pytest.skip("readelf is not installed")
+    path = _ops.lib()._name
+    info = subprocess.run(["readelf", "--debug-dump=info", path], capture_output=True, text=True).stdout
+    producers = {line.split(":", 2)[-1].strip() for line in info.splitlines() if "DW_AT_producer" in line}
+    producers = {p for p in producers if "-fwrapv" in p or "-fno-wrapv" in p}
+    if not producers:
+        pytest.skip("the library carries no record of its compile flags")
+    for p in producers:  # gcc applies the last of -fwrapv / -fno-wrapv
+        assert p.rfind("-fno-wrapv") > p.rfind("-fwrapv"), p
