@@ -14,8 +14,11 @@
 //     all rows at once as the M side of mma.sync.
 //   * decode_attention_rows_kernel (decode_attention_rows_cuda.cuh): the other unmasked cases with
 //     several rows per kv head; K/V tiles staged in shared memory by cp.async, one row per warp.
-// With several splits a second small kernel merges the partial results from the workspace (as
-// FlashInfer's and flash-attention's split-KV decode do), launched as a programmatic dependent launch.
+// With several splits of a short context, the tensor-core kernel on Hopper launches the splits of a
+// kv head as one thread-block cluster and merges them through distributed shared memory at the end
+// (decode_attention_finish_cuda.cuh): one kernel, no workspace. Otherwise a second small kernel
+// merges the partial results from the workspace (as FlashInfer's and flash-attention's split-KV
+// decode do), launched as a programmatic dependent launch.
 //
 // The number of splits depends only on host-known sizes (kv_len as an upper bound, batch, heads,
 // the device's SM count and the kernel's occupancy), so a launch never reads the device and can be
@@ -38,6 +41,7 @@
 #include "../core/cuda_check.h"
 #include "decode_attention.h"
 #include "decode_attention_common_cuda.cuh"
+#include "decode_attention_finish_cuda.cuh"
 #include "decode_attention_mma_cuda.cuh"
 #include "decode_attention_rows_cuda.cuh"
 
@@ -63,13 +67,15 @@ struct Plan {
   int64_t rows_total = 0;  // B * Hq * Tq: rows of the workspace
   bool rows_kernel = false;  // decode_attention_rows_kernel: K/V tiles in shared memory, a row per warp
   bool mma_kernel = false;   // decode_attention_mma_kernel: all rows of a kv head on tensor cores
+  bool cluster = false;      // the splits of a row group are one thread-block cluster: merged in the
+                             // kernel (decode_attention_finish_cuda.cuh), no workspace, no merge kernel
 };
 
 
 template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
 __global__ void __launch_bounds__(kThreads)
     decode_attention_kernel(const DecodeAttentionParams p, const int64_t keys_per_split, const int64_t splits,
-                            Workspace ws) {
+                            Workspace ws, const bool /*cluster: never, see plan_cluster*/) {
   constexpr int E = VEC * CPL;  // elements of one row a lane holds
   constexpr int kKeysPerWarp = 32 / LANES;
   constexpr int kGroups = kWarps * kKeysPerWarp;  // key groups in the block
@@ -377,7 +383,8 @@ int64_t forced_splits() {
 int64_t choose_splits(int64_t base_blocks, int64_t kv_len, int64_t slots) {
   const int64_t max_splits =
       std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, (kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit));
-  if (forced_splits() > 0) return std::min(forced_splits(), max_splits);
+  // A forced count may go below kMinKeysPerSplit keys a split (to 16), for sweeps of short contexts.
+  if (forced_splits() > 0) return std::min<int64_t>({forced_splits(), kMaxSplits, std::max<int64_t>(1, (kv_len + 15) / 16)});
   return std::max<int64_t>(1, std::min<int64_t>(max_splits, slots / std::max<int64_t>(1, base_blocks)));
 }
 
@@ -431,7 +438,10 @@ Plan make_plan(const DecodeAttentionParams& p) {
     plan.rows = kWarps;
     // 16-bit caches with up to 16 rows per kv head and head_dim 64 or 128: all rows in one MMA.
     // PVT_DECODE_NO_MMA=1 keeps the row-per-warp kernel: a benchmark knob (both in one run).
-    if (eb == 2 && R <= kMmaMaxRows && (D == 64 || D == 128) && std::getenv("PVT_DECODE_NO_MMA") == nullptr) {
+    // It copies q rows in 16-byte chunks too (contiguous head dim, 16-byte aligned rows).
+    const bool q16 = p.q_stride[3] == 1 && aligned16(p.q) && p.q_stride[0] % vec == 0 && p.q_stride[1] % vec == 0 &&
+                     p.q_stride[2] % vec == 0;
+    if (eb == 2 && q16 && R <= kMmaMaxRows && (D == 64 || D == 128) && std::getenv("PVT_DECODE_NO_MMA") == nullptr) {
       plan.rows_kernel = false;
       plan.mma_kernel = true;
       plan.rows = kMmaMaxRows;
@@ -449,14 +459,77 @@ void plan_splits(const DecodeAttentionParams& p, Plan* plan, int resident) {
   plan->splits = (p.kv_len + plan->keys_per_split - 1) / plan->keys_per_split;  // no empty split
 }
 
+// Whether the device co-schedules clusters of kMaxClusterSplits blocks of this kernel: kMaxClusterSplits,
+// else 1 (no cluster launches, or a kernel built for an older architecture, whose cluster code is
+// compiled out). Asked once per kernel instance, outside any stream work (fine during graph capture).
+// PVT_DECODE_NO_CLUSTER=1 is a benchmark and test knob (read per call): the workspace and merge
+// kernel instead, to compare both in one process.
+template <typename Kernel>
+int cluster_limit(Kernel kernel, size_t smem, int* cached) {
+  if (std::getenv("PVT_DECODE_NO_CLUSTER") != nullptr) return 1;
+  if (*cached != 0) return *cached;
+  int limit = 1, dev = 0, can = 0, active = 0;
+  cudaFuncAttributes fa;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1, kMaxClusterSplits, 1);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 1;
+  attr.val.clusterDim.y = kMaxClusterSplits;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&can, cudaDevAttrClusterLaunch, dev) == cudaSuccess &&
+      can != 0 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.ptxVersion >= 90 && fa.binaryVersion >= 90 &&
+      cudaOccupancyMaxActiveClusters(&active, kernel, &cfg) == cudaSuccess && active > 0) {
+    limit = kMaxClusterSplits;
+  }
+  cudaGetLastError();  // clear: no cluster only means the workspace path
+  *cached = limit;
+  return limit;
+}
+
+// Cluster or workspace, once the split count is known (tensor-core kernel only: the one-row kernel's
+// cluster variant measured slower, its main loop compiled to fewer registers). On the H200 (GQA 32/8,
+// fp16; docs/H200_DECODE_PARITY.md) a cluster saves the merge kernel, 1.3-1.6 us, where all blocks fit
+// one wave and they are short: B=1 S=1k (8 splits) 9.1 against 10.7 us, B=8 S=1k (2) 14.6 against
+// 16.4, B=8 S=4k (2) 38.7 against 40.0. It costs more than that where a cluster's blocks, placed
+// within one GPC, are long or many: B=8 S=16k (2 splits) 135.8 against 128.3 us, B=1 S=4k (16)
+// 14.3 against 13.6, B=8 S=1k forced to 8 splits 30.5 against 23.2.
+constexpr int64_t kClusterMaxKeys = 4096;  // keys of all the splits of one cluster
+void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit) {
+  const int64_t blocks = p.batch * p.kv_heads * plan->row_groups * plan->splits;
+  plan->cluster = plan->splits > 1 && plan->splits <= limit &&
+                  plan->splits * plan->keys_per_split <= kClusterMaxKeys && blocks <= sm_count();
+}
+
+// Queues `kernel` on the plan's grid; with plan.cluster the splits of a row group form one cluster.
+template <typename Kernel>
+Status launch_kernel(Kernel kernel, dim3 grid, size_t smem, const Plan& plan, cudaStream_t stream,
+                     const DecodeAttentionParams& p, Workspace ws) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 1;
+  attr.val.clusterDim.y = static_cast<unsigned>(plan.splits);
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = plan.cluster ? 1 : 0;
+  PVT_CU_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, plan.keys_per_split, plan.splits, ws, plan.cluster));
+  return Status::Ok();
+}
+
 template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
 Status launch_main(const DecodeAttentionParams& p, const Plan& plan, Workspace ws, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan.splits),
                   static_cast<unsigned>(plan.row_groups));
-  decode_attention_kernel<T, VEC, CPL, ROWS, LANES, MASKED>
-      <<<grid, kThreads, 0, stream>>>(p, plan.keys_per_split, plan.splits, ws);
-  PVT_CU_CHECK(cudaGetLastError());
-  return Status::Ok();
+  return launch_kernel(decode_attention_kernel<T, VEC, CPL, ROWS, LANES, MASKED>, grid, 0, plan, stream, p, ws);
 }
 
 // The one place that maps a plan to a kernel instance. With launch == false it only completes the
@@ -520,12 +593,12 @@ Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaSt
           // their tile pipeline full and leave half the partials to merge (docs/H200_DECODE_PARITY.md).
           const char* knob = std::getenv("PVT_DECODE_MMA_BLOCKS_PER_SM");  // benchmark knob, unset in use
           plan_splits(p, plan, knob ? std::max(1, std::atoi(knob)) : 1);
+          static int limit = 0;
+          plan_cluster(p, plan, cluster_limit(decode_attention_mma_kernel<T, Dh>, smem, &limit));
           return Status::Ok();
         }
         const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan->splits), 1);
-        decode_attention_mma_kernel<T, Dh><<<grid, kThreads, smem, stream>>>(p, plan->keys_per_split, plan->splits, ws);
-        PVT_CU_CHECK(cudaGetLastError());
-        return Status::Ok();
+        return launch_kernel(decode_attention_mma_kernel<T, Dh>, grid, smem, *plan, stream, p, ws);
       };
       if (p.head_dim == 64) return mma(std::integral_constant<int, 64>{});
       return mma(std::integral_constant<int, 128>{});
@@ -599,19 +672,20 @@ Status full_plan(const DecodeAttentionParams& p, Plan* plan) {
 }
 
 size_t workspace_bytes(const DecodeAttentionParams& p, const Plan& plan) {
-  if (plan.splits <= 1) return 0;
+  if (plan.splits <= 1 || plan.cluster) return 0;
   return static_cast<size_t>(plan.splits * plan.rows_total * (p.head_dim + 2)) * sizeof(float);
 }
 
 template <typename T>
 Status launch_typed(const DecodeAttentionParams& p, Plan plan, cudaStream_t stream) {
   Workspace ws;
-  if (plan.splits > 1) {
+  const bool merge_kernel = plan.splits > 1 && !plan.cluster;
+  if (merge_kernel) {
     ws.acc = static_cast<float*>(p.workspace);
     ws.ml = ws.acc + plan.splits * plan.rows_total * p.head_dim;
   }
   PVT_RETURN_IF_ERROR(dispatch<T>(p, &plan, ws, stream, true));
-  if (plan.splits > 1) {
+  if (merge_kernel) {
     // Programmatic dependent launch (Hopper): the merge's launch overlaps the main kernel's tail
     // instead of following its end; older GPUs ignore the attribute and serialise as usual.
     cudaLaunchConfig_t cfg = {};

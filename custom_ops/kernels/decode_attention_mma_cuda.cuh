@@ -10,12 +10,14 @@
 // ldmatrix reads 8 keys without bank conflicts. Warp w takes keys [16w, 16w + 16) of every tile and
 // keeps its own online softmax (m, l, O as MMA accumulators), FlashAttention-2 style: S = Q K^T
 // (K via ldmatrix), P = exp(S - m) re-packed in registers as the A operand of O += P V (V via
-// ldmatrix.trans). The four warps' partial states merge through shared memory at the end, in the
-// same workspace format as the other kernels (merge_splits_kernel). P is rounded to the cache's
-// 16-bit type for the second MMA, as flash-attention does; everything else accumulates in float32.
+// ldmatrix.trans). The four warps' partial states merge through shared memory at the end into the
+// block's partials, which finish_block (decode_attention_finish_cuda.cuh) writes, merges within a
+// cluster or leaves to merge_splits_kernel. P is rounded to the cache's 16-bit type for the second
+// MMA, as flash-attention does; everything else accumulates in float32.
 #pragma once
 
 #include "decode_attention_common_cuda.cuh"
+#include "decode_attention_finish_cuda.cuh"
 #include "decode_attention_rows_cuda.cuh"  // cp_async16 / commit / wait
 
 namespace pvt {
@@ -25,9 +27,10 @@ constexpr int kMmaKeys = 64;     // keys per tile: 16 per warp
 constexpr int kMmaMaxRows = 16;  // the M of the MMA
 constexpr int kMmaStages = 3;    // tiles in flight: two load while one is used
 
-// Dynamic shared memory of the kernel for head dim D: kMmaStages stages of a K and a V tile.
+// Dynamic shared memory of the kernel for head dim D: kMmaStages stages of a K and a V tile, then the
+// 16 query rows.
 __host__ __device__ constexpr size_t mma_smem_bytes(int D) {
-  return static_cast<size_t>(kMmaStages) * 2 * kMmaKeys * D * 2;
+  return (static_cast<size_t>(kMmaStages) * 2 * kMmaKeys + kMmaMaxRows) * D * 2;
 }
 
 template <typename T>
@@ -89,7 +92,7 @@ __device__ __forceinline__ int swz(int n, int c) {
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     decode_attention_mma_kernel(const DecodeAttentionParams p, const int64_t keys_per_split, const int64_t splits,
-                                Workspace ws) {
+                                Workspace ws, const bool cluster) {
   constexpr int CH = D / 8;   // 16-byte chunks per key
   constexpr int KS = D / 16;  // k16 steps of Q K^T
   constexpr int NT = D / 8;   // n8 tiles of O
@@ -114,22 +117,52 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t ks0 = p.k_stride[0], vs0 = p.v_stride[0];
   const int64_t n_tiles = s_hi > s_lo ? (s_hi - s_lo + kMmaKeys - 1) / kMmaKeys : 0;
 
+  uint4* sq = smem + 2 * kMmaStages * (kMmaKeys * CH);  // the query rows, [16][CH] swizzled
+
+  // Each thread copies one 16-byte chunk column `ch` of every KPI-th key of a tile: the addresses of
+  // its chunks differ by a constant step, computed once (a short block's fixed cost is its
+  // instruction count: one warp per scheduler, every dependency exposed; Nsight Compute, H200).
+  constexpr int KPI = kThreads / CH;  // keys per pass of the block over a tile
+  static_assert(kThreads % CH == 0 && kMmaKeys % KPI == 0, "a tile is a whole number of passes");
+  const int ch = static_cast<int>(threadIdx.x) % CH, key0 = static_cast<int>(threadIdx.x) / CH;
+  const T* kp0 = kb + key0 * ks0 + ch * 8;
+  const T* vp0 = vb + key0 * vs0 + ch * 8;
+  const int64_t kstep = KPI * ks0, vstep = KPI * vs0;
   auto load_tile = [&](int64_t tile, int stage) {
     const int64_t t0 = s_lo + tile * kMmaKeys;
-    static_assert((kMmaKeys * CH) % kThreads == 0, "a tile is a whole number of chunks per thread");
+    const T* kp = kp0 + t0 * ks0;
+    const T* vp = vp0 + t0 * vs0;
 #pragma unroll
-    for (int it = 0; it < kMmaKeys * CH / kThreads; ++it) {
-      const int c = it * kThreads + static_cast<int>(threadIdx.x);
-      const int key = c / CH, ch = c % CH;
-      const int64_t s = t0 + key;
-      const bool ok = s < s_hi;  // past the split: zeros, never read (and masked below)
-      cp_async16(sk(stage) + swz<CH>(key, ch), ok ? kb + s * ks0 + ch * 8 : kb, ok);
-      cp_async16(sv(stage) + swz<CH>(key, ch), ok ? vb + s * vs0 + ch * 8 : vb, ok);
+    for (int it = 0; it < kMmaKeys / KPI; ++it) {
+      const int key = key0 + it * KPI;
+      const bool ok = t0 + key < s_hi;  // past the split: zeros, never read (and masked below)
+      cp_async16(sk(stage) + swz<CH>(key, ch), ok ? kp + it * kstep : kb, ok);
+      cp_async16(sv(stage) + swz<CH>(key, ch), ok ? vp + it * vstep : vb, ok);
     }
     cp_async_commit();
   };
-  // The first kMmaStages - 1 tiles are in flight while the queries are read. One commit group per
-  // tile slot, empty past the last tile, so that wait_group counts stay the same.
+
+  // The query rows go first, 16-byte chunks by cp.async (the plan asks for a 16-byte-loadable q),
+  // zeros for rows that are not live; then the first kMmaStages - 1 tiles, in flight while the
+  // rows are read into registers. One commit group per tile slot, empty past the last tile, so that
+  // wait_group counts stay the same.
+  const int tq = static_cast<int>(Tq), rows = static_cast<int>(R);
+  {
+    const T* q = static_cast<const T*>(p.q);
+    static_assert((kMmaMaxRows * CH) % kThreads == 0, "the rows are a whole number of chunks per thread");
+#pragma unroll
+    for (int it = 0; it < kMmaMaxRows * CH / kThreads; ++it) {
+      const int c = it * kThreads + static_cast<int>(threadIdx.x);
+      const int row = c / CH, qc = c % CH;
+      const int hg = row / tq, t = row - hg * tq;
+      const bool live = row < rows && t < e.q_count;
+      const int64_t at = live ? (p.cu_seqlens_q ? (e.q_begin + t) * p.q_stride[1] : b * p.q_stride[0] + t * p.q_stride[1]) +
+                                    (hk * G + hg) * p.q_stride[2] + qc * 8
+                              : 0;
+      cp_async16(sq + swz<CH>(row, qc), q + at, live);
+    }
+    cp_async_commit();
+  }
 #pragma unroll
   for (int st = 0; st < kMmaStages - 1; ++st) {
     if (st < n_tiles) {
@@ -139,40 +172,25 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  // This thread's two rows of every accumulator fragment, r0 = lane / 4 and r0 + 8: where their
-  // query lies (-1: no such row in this entry) and the keys they see, s < vis_end (causal, clipped
-  // to the split). Integer division once per row here, never per element.
+  // This thread's two rows of every accumulator fragment, r0 = lane / 4 and r0 + 8: the keys they
+  // see, s < vis_end (causal, clipped to the split; s_lo for a row that is not this entry's).
   const int r0 = lane / 4;
-  const int tq = static_cast<int>(Tq), rows = static_cast<int>(R);
-  int64_t q_at[2], vis_end[2];
+  int64_t vis_end[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int row = r0 + 8 * i;
     const int hg = row / tq, t = row - hg * tq;
     const bool live = row < rows && t < e.q_count;
-    q_at[i] = live ? (p.cu_seqlens_q ? (e.q_begin + t) * p.q_stride[1] : b * p.q_stride[0] + t * p.q_stride[1]) +
-                         (hk * G + hg) * p.q_stride[2]
-                   : -1;
     vis_end[i] = live ? (e.past + t + 1 < s_hi ? e.past + t + 1 : s_hi) : s_lo;
   }
 
-  // Q as the A operand, one fragment per k16 step (rows that are not live are zeros); the softmax
-  // scale is applied to the float32 scores.
+  // Q as the A operand, one fragment per k16 step, by ldmatrix (matrices: rows 0-7 / 8-15 x the
+  // step's two 8-element halves); the softmax scale is applied to the float32 scores.
+  cp_async_wait<kMmaStages - 1>();  // the rows' group has landed (the tiles may still fly)
+  __syncthreads();
   uint32_t qa[KS][4];
-  {
-    const T* q = static_cast<const T*>(p.q);
-    const int64_t qd = p.q_stride[3];
-    auto qv = [&](int i, int d) { return q_at[i] < 0 ? 0.f : to_float(q[q_at[i] + d * qd]); };
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks) {
-      const int d = ks * 16 + 2 * (lane % 4);
-      qa[ks][0] = pack2<T>(qv(0, d), qv(0, d + 1));
-      qa[ks][1] = pack2<T>(qv(1, d), qv(1, d + 1));
-      qa[ks][2] = pack2<T>(qv(0, d + 8), qv(0, d + 9));
-      qa[ks][3] = pack2<T>(qv(1, d + 8), qv(1, d + 9));
-    }
-  }
-
+  for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qa[ks], sq + swz<CH>((lane & 7) + ((lane >> 3) & 1) * 8, 2 * ks + (lane >> 4)));
 
   // Scores in the log2 domain: exp(x) = exp2(x * log2 e).
   const float scale2 = p.scale * 1.4426950408889634f;
@@ -208,17 +226,20 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       // Online softmax of rows r0 (s[.][0..1]) and r0 + 8 (s[.][2..3]); lanes 4r..4r+3 share a row.
+      // Visibility as a 32-bit count of the warp's 16 keys (a short block's cost is its instruction
+      // count: one warp per scheduler, every dependency exposed).
       float corr[2];
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
+        const int64_t ahead = vis_end[hi] - s_w;
+        const int visible = ahead <= 0 ? 0 : ahead >= 16 ? 16 : static_cast<int>(ahead);
         float mx = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            const int64_t sg = s_w + nt * 8 + 2 * (lane % 4) + j;
             float& x = s[nt][2 * hi + j];
-            x = sg < vis_end[hi] ? x * scale2 : -INFINITY;
+            x = nt * 8 + 2 * (lane % 4) + j < visible ? x * scale2 : -INFINITY;
             mx = fmaxf(mx, x);
           }
         }
@@ -239,12 +260,14 @@ __global__ void __launch_bounds__(kThreads)
         l[hi] = l[hi] * corr[hi] + sum;  // this lane's share; the 4 lanes of a row add up at the end
         m[hi] = m_new;
       }
+      if (corr[0] != 1.f || corr[1] != 1.f) {  // most tiles past the first leave both maxima as they were
 #pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        o[n][0] *= corr[0];
-        o[n][1] *= corr[0];
-        o[n][2] *= corr[1];
-        o[n][3] *= corr[1];
+        for (int n = 0; n < NT; ++n) {
+          o[n][0] *= corr[0];
+          o[n][1] *= corr[0];
+          o[n][2] *= corr[1];
+          o[n][3] *= corr[1];
+        }
       }
       // O += P V: P (16 rows x 16 keys) is the A operand straight from the S accumulators.
       uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]), pack2<T>(s[1][0], s[1][1]),
@@ -274,7 +297,12 @@ __global__ void __launch_bounds__(kThreads)
   float* sm_o = reinterpret_cast<float*>(smem);               // [kWarps][16][D]
   float* sm_m = sm_o + kWarps * kMmaMaxRows * D;               // [kWarps][16]
   float* sm_l = sm_m + kWarps * kMmaMaxRows;                   // [kWarps][16]
-  static_assert((kWarps * kMmaMaxRows * (D + 2)) * sizeof(float) <= mma_smem_bytes(D), "merge fits the tiles");
+  float* st_m = sm_l + kWarps * kMmaMaxRows;                   // [16]: the block's partials (natural log)
+  float* st_l = st_m + kMmaMaxRows;                            // [16]
+  float* scratch = st_l + kMmaMaxRows;                         // finish_block's
+  static_assert((kWarps * kMmaMaxRows * (D + 2) + 2 * kMmaMaxRows + finish_scratch_floats<kMmaMaxRows>()) *
+                        sizeof(float) <= mma_smem_bytes(D),
+                "the merge fits the tiles' space");
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {
     const int row = r0 + 8 * hi;
@@ -291,11 +319,10 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
+  // The warps' states merged into warp 0's slot (in place: element (row, d) is read and written by one
+  // thread only; m and l go to their own arrays).
   for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) {
     const int row = idx / D, d = idx % D;  // D is a constant: no division
-    const int hg = row / tq, t = row - hg * tq;
-    const int64_t h = hk * G + hg;
-    if (t >= e.q_count) continue;  // no such query in this entry
     float mx = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w * kMmaMaxRows + row]);
@@ -308,18 +335,15 @@ __global__ void __launch_bounds__(kThreads)
         a += sm_o[(w * kMmaMaxRows + row) * D + d] * c;
       }
     }
-    const float mx_e = mx * 0.6931471805599453f;  // back to natural-log units for lse and the merge
-    if (splits == 1) {
-      write_row<T>(p, e, b, t, h, d, mx_e, sum, a);
-    } else {
-      const int64_t g = (b * p.q_heads + h) * Tq + t, rows_total = p.batch * p.q_heads * Tq;
-      if (d == 0) {
-        ws.ml[(split * rows_total + g) * 2] = mx_e;
-        ws.ml[(split * rows_total + g) * 2 + 1] = sum;
-      }
-      ws.acc[(split * rows_total + g) * D + d] = a;  // zeros when the split saw nothing
+    sm_o[row * D + d] = a;
+    if (d == 0) {
+      st_m[row] = mx * 0.6931471805599453f;  // back to natural-log units for lse and the merge
+      st_l[row] = sum;
     }
   }
+  __syncthreads();
+  finish_block<T, kMmaMaxRows, D>(p, e, b, hk, rows, split, splits, ws, cluster, BlockRows{st_m, st_l, sm_o, D},
+                                  scratch);
 }
 
 }  // namespace decode_cuda

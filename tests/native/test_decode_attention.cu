@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -32,6 +33,9 @@ using pvt_test::Report;
 namespace {
 
 const Device kGpu = Device::cuda(0);
+
+// Prefix of the case names: which way the kernels finish their splits in this pass (see main).
+std::string g_mode;
 
 int64_t elem_bytes(ScalarType t) { return t == ScalarType::kFloat32 ? 4 : t == ScalarType::kBool ? 1 : 2; }
 
@@ -165,7 +169,7 @@ void test_matrix(Report& r, std::mt19937& rng, cudaStream_t stream) {
     for (int64_t B : {1, 8})
       for (const Heads& h : heads)
         for (int64_t S : {1, 100, 4096}) {
-          Case c{std::string("matrix.") + dname(dt) + ".b" + std::to_string(B) + "." + h.name + ".s" + std::to_string(S),
+          Case c{g_mode + "matrix." + dname(dt) + ".b" + std::to_string(B) + "." + h.name + ".s" + std::to_string(S),
                  B, 1, h.hq, h.hkv, 128, S, dt};
           run_case(r, c, rng, stream);
         }
@@ -205,7 +209,7 @@ void test_variants(Report& r, std::mt19937& rng, cudaStream_t stream) {
       {"s65536.b1.fp16", 1, 1, 4, 4, 128, 65536, f16},
   };
   for (Case& c : cs) {
-    c.name = "variant." + c.name;
+    c.name = g_mode + "variant." + c.name;
     run_case(r, c, rng, stream);
   }
 }
@@ -369,7 +373,7 @@ void test_varlen(Report& r, std::mt19937& rng, cudaStream_t stream) {
        {1024, 512, 1024}, true},
   };
   for (VarlenCase& c : cs) {
-    c.name = "varlen." + c.name;
+    c.name = g_mode + "varlen." + c.name;
     run_varlen(r, c, rng, stream);
   }
 }
@@ -454,8 +458,10 @@ void test_errors(Report& r) {
   r.code(decode_attention_cuda(p, nullptr), Code::kInvalidArgument, "errors.bool_qkv");
   p.dtype = ScalarType::kFloat16;
   p.kv_len = 1 << 20;  // long enough to split: a missing workspace must be refused
+  p.kv_heads = 1;      // ... into more splits than one cluster holds (which needs no workspace)
   r.code(decode_attention_cuda(p, nullptr), Code::kInvalidArgument, "errors.missing_workspace");
   p.kv_len = 10;
+  p.kv_heads = 4;
   p.mask = &dummy;
   int32_t lens[1] = {3};
   p.cache_seqlens = lens;
@@ -545,10 +551,22 @@ int main(int argc, char** argv) {
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   std::mt19937 rng(7);
   if (run_tests) {
-    test_matrix(r, rng, stream);
-    test_variants(r, rng, stream);
+    // Three passes over the same cases, one per way the splits are finished: the plan's own choice
+    // (clusters on Hopper where the splits fit one), the workspace and merge kernel only
+    // (PVT_DECODE_NO_CLUSTER), and 3 forced splits (an odd cluster, also for the short cases).
+    struct Mode { const char* prefix; const char* no_cluster; const char* splits; };
+    for (const Mode& m : {Mode{"", nullptr, nullptr}, Mode{"no_cluster.", "1", nullptr}, Mode{"splits3.", nullptr, "3"}}) {
+      g_mode = m.prefix;
+      if (m.no_cluster) setenv("PVT_DECODE_NO_CLUSTER", m.no_cluster, 1); else unsetenv("PVT_DECODE_NO_CLUSTER");
+      if (m.splits) setenv("PVT_DECODE_SPLITS", m.splits, 1); else unsetenv("PVT_DECODE_SPLITS");
+      test_matrix(r, rng, stream);
+      test_variants(r, rng, stream);
+      test_varlen(r, rng, stream);
+    }
+    unsetenv("PVT_DECODE_NO_CLUSTER");
+    unsetenv("PVT_DECODE_SPLITS");
+    g_mode.clear();
     test_in_cache(r, rng, stream);
-    test_varlen(r, rng, stream);
     test_errors(r);
   }
   if (run_bench) bench(r, stream);
