@@ -428,24 +428,29 @@ Plan make_plan(const DecodeAttentionParams& p) {
     plan.rows = 1;
   }
   // Several rows per kv head (GQA, Tq > 1), unmasked, a key of 8/16/32 chunks of 16 bytes: the
-  // shared-memory kernel (decode_attention_rows_cuda.cuh), one row per warp.
-  const int64_t key_chunks = D * eb / 16;
-  if (plan.vectorised && p.mask == nullptr && R >= 2 && D * eb % 16 == 0 &&
+  // shared-memory kernel (decode_attention_rows_cuda.cuh), one row per warp; for 16-bit caches with up
+  // to 16 rows per kv head and head_dim 64 or 128, all rows in one MMA (it copies q rows in 16-byte
+  // chunks too: contiguous head dim, 16-byte aligned rows). PVT_DECODE_NO_MMA=1 keeps the row-per-warp
+  // kernel and PVT_DECODE_MMA_MHA=1 takes the tensor-core kernel for every unmasked one-row case:
+  // benchmark knobs (both ways in one run).
+  // One row per kv head (MHA decode) takes the tensor-core kernel where it covers every (entry, kv
+  // head) in one wave of its two resident blocks per SM without splitting, and the context is short:
+  // on the H200, B=8 S=1k 35.9 against 37.2 us for the one-row kernel, which splits in two and merges;
+  // elsewhere the one-row kernel was as fast or faster (B=1, B=32, S=16k; docs/H200_DECODE_PARITY.md).
+  const int64_t key_chunks = D * eb / 16, entries = p.batch * p.kv_heads, sms = sm_count();
+  const bool one_wave_short = entries > sms && entries <= 2 * sms && p.kv_len <= 4096;
+  const bool q16 = p.q_stride[3] == 1 && aligned16(p.q) && p.q_stride[0] % vec == 0 && p.q_stride[1] % vec == 0 &&
+                   p.q_stride[2] % vec == 0;
+  const bool mma = eb == 2 && q16 && R <= kMmaMaxRows && (D == 64 || D == 128) &&
+                   std::getenv("PVT_DECODE_NO_MMA") == nullptr &&
+                   (R >= 2 || one_wave_short || std::getenv("PVT_DECODE_MMA_MHA") != nullptr);
+  if (plan.vectorised && p.mask == nullptr && (R >= 2 || mma) && D * eb % 16 == 0 &&
       (key_chunks == 8 || key_chunks == 16 || key_chunks == 32)) {
-    plan.rows_kernel = true;
+    plan.rows_kernel = !mma;
+    plan.mma_kernel = mma;
     plan.lanes = static_cast<int>(key_chunks);
     plan.chunks = 1;
-    plan.rows = kWarps;
-    // 16-bit caches with up to 16 rows per kv head and head_dim 64 or 128: all rows in one MMA.
-    // PVT_DECODE_NO_MMA=1 keeps the row-per-warp kernel: a benchmark knob (both in one run).
-    // It copies q rows in 16-byte chunks too (contiguous head dim, 16-byte aligned rows).
-    const bool q16 = p.q_stride[3] == 1 && aligned16(p.q) && p.q_stride[0] % vec == 0 && p.q_stride[1] % vec == 0 &&
-                     p.q_stride[2] % vec == 0;
-    if (eb == 2 && q16 && R <= kMmaMaxRows && (D == 64 || D == 128) && std::getenv("PVT_DECODE_NO_MMA") == nullptr) {
-      plan.rows_kernel = false;
-      plan.mma_kernel = true;
-      plan.rows = kMmaMaxRows;
-    }
+    plan.rows = mma ? kMmaMaxRows : kWarps;
   }
   plan.row_groups = (R + plan.rows - 1) / plan.rows;
   plan.rows_total = p.batch * p.q_heads * p.q_len;

@@ -205,6 +205,10 @@ void test_variants(Report& r, std::mt19937& rng, cudaStream_t stream) {
       {"mma.tq5.mha_rows5.bf16", 3, 5, 4, 4, 128, 257, bf16},
       {"mma.d64.tq2.rows16.fp16", 2, 2, 16, 2, 64, 999, f16},
       {"mma.gqa32_8.s20000.bf16", 1, 1, 32, 8, 128, 20000, bf16},
+      // MHA where batch x kv heads fills one wave of the tensor-core kernel (more than one block per SM,
+      // at most two, on a 132-SM H200) over a short context: the plan takes that kernel for one row.
+      {"mma.mha_one_wave.fp16", 40, 1, 4, 4, 128, 1000, f16},
+      {"mma.mha_one_wave.d64.bf16", 20, 1, 8, 8, 64, 3000, bf16},
       // Long context, batch 1: many splits.
       {"s65536.b1.fp16", 1, 1, 4, 4, 128, 65536, f16},
   };
