@@ -403,6 +403,21 @@ int resident_blocks() {
   return n;
 }
 
+// The tensor-core kernel needs sm_80 instructions (mma.sync, ldmatrix, cp.async). In a build whose code
+// for this device comes from older targets (a T4 or V100 build, or PTX for one) they are compiled out,
+// so the plan must not pick that kernel there. Asked once (not a stream operation).
+bool mma_compiled() {
+  static const bool ok = [] {
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, decode_attention_mma_kernel<__half, 128>) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return fa.ptxVersion >= 80 && fa.binaryVersion >= 80;
+  }();
+  return ok;
+}
+
 Plan make_plan(const DecodeAttentionParams& p) {
   Plan plan;
   const int64_t eb = elem_bytes(p.dtype), D = p.head_dim;
@@ -441,7 +456,7 @@ Plan make_plan(const DecodeAttentionParams& p) {
   const bool one_wave_short = entries > sms && entries <= 2 * sms && p.kv_len <= 4096;
   const bool q16 = p.q_stride[3] == 1 && aligned16(p.q) && p.q_stride[0] % vec == 0 && p.q_stride[1] % vec == 0 &&
                    p.q_stride[2] % vec == 0;
-  const bool mma = eb == 2 && q16 && R <= kMmaMaxRows && (D == 64 || D == 128) &&
+  const bool mma = eb == 2 && q16 && R <= kMmaMaxRows && (D == 64 || D == 128) && mma_compiled() &&
                    std::getenv("PVT_DECODE_NO_MMA") == nullptr &&
                    (R >= 2 || one_wave_short || std::getenv("PVT_DECODE_MMA_MHA") != nullptr);
   if (plan.vectorised && p.mask == nullptr && (R >= 2 || mma) && D * eb % 16 == 0 &&
