@@ -69,6 +69,7 @@ struct Plan {
   bool mma_kernel = false;   // decode_attention_mma_kernel: all rows of a kv head on tensor cores
   bool cluster = false;      // the splits of a row group are one thread-block cluster: merged in the
                              // kernel (decode_attention_finish_cuda.cuh), no workspace, no merge kernel
+  int64_t sms = 0;           // the current device's SM count, asked once per plan
 };
 
 
@@ -420,6 +421,7 @@ bool mma_compiled() {
 
 Plan make_plan(const DecodeAttentionParams& p) {
   Plan plan;
+  plan.sms = sm_count();
   const int64_t eb = elem_bytes(p.dtype), D = p.head_dim;
   const int64_t vec = 16 / eb;
   plan.vectorised = D % vec == 0 && p.k_stride[3] == 1 && p.v_stride[3] == 1 && aligned16(p.k) &&
@@ -452,8 +454,8 @@ Plan make_plan(const DecodeAttentionParams& p) {
   // head) in one wave of its two resident blocks per SM without splitting, and the context is short:
   // on the H200, B=8 S=1k 35.9 against 37.2 us for the one-row kernel, which splits in two and merges;
   // elsewhere the one-row kernel was as fast or faster (B=1, B=32, S=16k; docs/H200_DECODE_PARITY.md).
-  const int64_t key_chunks = D * eb / 16, entries = p.batch * p.kv_heads, sms = sm_count();
-  const bool one_wave_short = entries > sms && entries <= 2 * sms && p.kv_len <= 4096;
+  const int64_t key_chunks = D * eb / 16, entries = p.batch * p.kv_heads;
+  const bool one_wave_short = entries > plan.sms && entries <= 2 * plan.sms && p.kv_len <= 4096;
   const bool q16 = p.q_stride[3] == 1 && aligned16(p.q) && p.q_stride[0] % vec == 0 && p.q_stride[1] % vec == 0 &&
                    p.q_stride[2] % vec == 0;
   const bool mma = eb == 2 && q16 && R <= kMmaMaxRows && (D == 64 || D == 128) && mma_compiled() &&
@@ -474,9 +476,27 @@ Plan make_plan(const DecodeAttentionParams& p) {
 
 void plan_splits(const DecodeAttentionParams& p, Plan* plan, int resident) {
   const int64_t base = p.batch * p.kv_heads * plan->row_groups;
-  const int64_t splits = choose_splits(base, p.kv_len, static_cast<int64_t>(sm_count()) * resident);
+  const int64_t splits = choose_splits(base, p.kv_len, plan->sms * resident);
   plan->keys_per_split = (p.kv_len + splits - 1) / splits;
   plan->splits = (p.kv_len + plan->keys_per_split - 1) / plan->keys_per_split;  // no empty split
+}
+
+// A launch of kThreads-thread blocks on `grid`; with cluster_y > 1 the blocks form clusters of
+// (1, cluster_y, 1) (*attr holds that attribute, so it must outlive the launch).
+cudaLaunchConfig_t block_launch(dim3 grid, size_t smem, cudaStream_t stream, unsigned cluster_y,
+                                cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = 1;
+  attr->val.clusterDim.y = cluster_y;
+  attr->val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = cluster_y > 1 ? 1 : 0;
+  return cfg;
 }
 
 // Whether the device co-schedules clusters of kMaxClusterSplits blocks of this kernel: kMaxClusterSplits,
@@ -490,17 +510,8 @@ int cluster_limit(Kernel kernel, size_t smem, int* cached) {
   if (*cached != 0) return *cached;
   int limit = 1, dev = 0, can = 0, active = 0;
   cudaFuncAttributes fa;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(1, kMaxClusterSplits, 1);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
   cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 1;
-  attr.val.clusterDim.y = kMaxClusterSplits;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  const cudaLaunchConfig_t cfg = block_launch(dim3(1, kMaxClusterSplits, 1), smem, nullptr, kMaxClusterSplits, &attr);
   if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&can, cudaDevAttrClusterLaunch, dev) == cudaSuccess &&
       can != 0 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.ptxVersion >= 90 && fa.binaryVersion >= 90 &&
       cudaOccupancyMaxActiveClusters(&active, kernel, &cfg) == cudaSuccess && active > 0) {
@@ -522,25 +533,16 @@ constexpr int64_t kClusterMaxKeys = 4096;  // keys of all the splits of one clus
 void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit) {
   const int64_t blocks = p.batch * p.kv_heads * plan->row_groups * plan->splits;
   plan->cluster = plan->splits > 1 && plan->splits <= limit &&
-                  plan->splits * plan->keys_per_split <= kClusterMaxKeys && blocks <= sm_count();
+                  plan->splits * plan->keys_per_split <= kClusterMaxKeys && blocks <= plan->sms;
 }
 
 // Queues `kernel` on the plan's grid; with plan.cluster the splits of a row group form one cluster.
 template <typename Kernel>
 Status launch_kernel(Kernel kernel, dim3 grid, size_t smem, const Plan& plan, cudaStream_t stream,
                      const DecodeAttentionParams& p, Workspace ws) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
   cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 1;
-  attr.val.clusterDim.y = static_cast<unsigned>(plan.splits);
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = plan.cluster ? 1 : 0;
+  const cudaLaunchConfig_t cfg =
+      block_launch(grid, smem, stream, plan.cluster ? static_cast<unsigned>(plan.splits) : 1, &attr);
   PVT_CU_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, plan.keys_per_split, plan.splits, ws, plan.cluster));
   return Status::Ok();
 }
