@@ -67,6 +67,7 @@ struct Plan {
   int64_t rows_total = 0;  // B * Hq * Tq: rows of the workspace
   bool rows_kernel = false;  // decode_attention_rows_kernel: K/V tiles in shared memory, a row per warp
   bool mma_kernel = false;   // decode_attention_mma_kernel: all rows of a kv head on tensor cores
+  int mma_warps = 4;         // ... with blocks of this many warps (4 or 8: tiles of 64 or 128 keys)
   bool cluster = false;      // the splits of a row group are one thread-block cluster: merged in the
                              // kernel (decode_attention_finish_cuda.cuh), no workspace, no merge kernel
   int64_t sms = 0;           // the current device's SM count, asked once per plan
@@ -294,58 +295,55 @@ __global__ void __launch_bounds__(kThreads)
 
 // One block per (b, h, t) row: merges the splits' partial softmax results. Splits that saw no key
 // (m = -inf, e.g. past a shorter entry's length) get weight 0; every split wrote its accumulator
-// (zeros then), so the loads need no condition. The splits are read in parallel, not one after
-// another: first every split's (m, l) by its own thread, then per output element the accumulators
-// eight loads at a time. (A loop over the splits with a load behind a branch per split waits out
-// one L2 latency per split: under Nsight Compute 19 us for 32 splits on the H200, more than the
-// attention kernel before it.)
+// (zeros then). Each thread merges its output elements on its own, kMergeChunk splits per step
+// (an online softmax over chunks): the chunk's (m, l) and accumulators are loaded together, with
+// clamped indices and no branch, so a step is ONE L2 round trip. (A loop over the splits with a
+// load behind a branch per split waits out one L2 latency per split: under Nsight Compute 19 us for
+// 32 splits on the H200; block-wide reductions of m and then l between the loads cost three round
+// trips and four barriers: 3.3-5.2 us a merge against cuDNN's 1.9-2.8 for its own.)
+constexpr int kMergeChunk = 16;
 template <typename T>
 __global__ void merge_splits_kernel(const DecodeAttentionParams p, const int64_t splits, Workspace ws) {
-  __shared__ float scale[kMaxSplits];  // exp(m_j - max), 0 for a split that saw nothing
-  __shared__ float part[32];
-  const int64_t g = blockIdx.x, D = p.head_dim, Tq = p.q_len;
-  const int64_t rows_total = p.batch * p.q_heads * Tq;
-  const int64_t t = g % Tq, h = (g / Tq) % p.q_heads, b = g / (Tq * p.q_heads);
-  const int tid = static_cast<int>(threadIdx.x), nthreads = static_cast<int>(blockDim.x);
+  const int64_t g = blockIdx.x, D = p.head_dim;
+  const int tq = static_cast<int>(p.q_len), hq = static_cast<int>(p.q_heads);  // grid limits checked
+  const int row = static_cast<int>(blockIdx.x), t = row % tq, h = (row / tq) % hq, b = row / (tq * hq);
+  const int64_t rows_total = p.batch * p.q_heads * p.q_len;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");  // the main kernel's partials are complete
 #endif
   const Entry e = entry_of(p, b);
   if (t >= e.q_count) return;
-  // Block-wide max or sum of one value per thread (every thread gets the result).
-  auto reduce = [&](float v, bool is_max) {
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float m = -INFINITY, l = 0.f, a = 0.f;
+    for (int64_t j0 = 0; j0 < splits; j0 += kMergeChunk) {
+      float mj[kMergeChunk], lj[kMergeChunk], aj[kMergeChunk];
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) {
-      const float o = __shfl_xor_sync(0xffffffffu, v, off);
-      v = is_max ? fmaxf(v, o) : v + o;
+      for (int u = 0; u < kMergeChunk; ++u) {
+        const int64_t j = j0 + u < splits ? j0 + u : splits - 1;  // in range: loads without a branch
+        const int64_t at = j * rows_total + g;
+        mj[u] = ws.ml[at * 2];
+        lj[u] = ws.ml[at * 2 + 1];
+        aj[u] = ws.acc[at * D + d];
+      }
+      float mx = m;
+#pragma unroll
+      for (int u = 0; u < kMergeChunk; ++u) {
+        if (j0 + u >= splits) mj[u] = -INFINITY;  // a repeat of the last split: no weight
+        mx = fmaxf(mx, mj[u]);
+      }
+      if (mx == -INFINITY) continue;  // nothing seen yet
+      const float c = __expf(m - mx);  // 0 while m is -inf
+      l *= c;
+      a *= c;
+#pragma unroll
+      for (int u = 0; u < kMergeChunk; ++u) {
+        const float w = __expf(mj[u] - mx);  // 0 for a split that saw nothing
+        l += w * lj[u];
+        a += w * aj[u];
+      }
+      m = mx;
     }
-    __syncthreads();  // `part` is free (a previous reduction has been read)
-    if (tid % 32 == 0) part[tid / 32] = v;
-    __syncthreads();
-    v = part[0];
-    for (int w = 1; w < nthreads / 32; ++w) v = is_max ? fmaxf(v, part[w]) : v + part[w];
-    return v;
-  };
-  float m_mine = -INFINITY;
-  for (int64_t j = tid; j < splits; j += nthreads) {
-    scale[j] = ws.ml[(j * rows_total + g) * 2];
-    m_mine = fmaxf(m_mine, scale[j]);
-  }
-  const float mx = reduce(m_mine, true);
-  float l_mine = 0.f;
-  for (int64_t j = tid; j < splits; j += nthreads) {
-    const float c = (mx == -INFINITY || scale[j] == -INFINITY) ? 0.f : __expf(scale[j] - mx);
-    scale[j] = c;
-    if (c != 0.f) l_mine += c * ws.ml[(j * rows_total + g) * 2 + 1];
-  }
-  const float sum = reduce(l_mine, false);  // its barriers also publish `scale`
-  for (int64_t d = tid; d < D; d += nthreads) {
-    float a = 0.f;
-#pragma unroll 8
-    for (int64_t j = 0; j < splits; ++j) {
-      a += scale[j] * ws.acc[(j * rows_total + g) * D + d];
-    }
-    write_row<T>(p, e, b, t, h, d, mx, sum, a);
+    write_row<T>(p, e, b, t, h, d, m, l, a);
   }
 }
 
@@ -410,7 +408,7 @@ int resident_blocks() {
 bool mma_compiled() {
   static const bool ok = [] {
     cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, decode_attention_mma_kernel<__half, 128>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&fa, decode_attention_mma_kernel<__half, 128, 4>) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }
@@ -481,13 +479,63 @@ void plan_splits(const DecodeAttentionParams& p, Plan* plan, int resident) {
   plan->splits = (p.kv_len + plan->keys_per_split - 1) / plan->keys_per_split;  // no empty split
 }
 
-// A launch of kThreads-thread blocks on `grid`; with cluster_y > 1 the blocks form clusters of
+// Whole tiles a split of the tensor-core kernel, where that keeps the split count; the last split
+// takes the rest (the kernel reads its end as the entry's). Else a bound a little past a round length
+// costs every split one more, nearly empty tile: per-slot GQA B=1 with a bound of S + 64 = 4160 keys
+// planned 16 splits of 260 keys, 3 tiles of 128 each (11.0 us against 9.6 for S = 4096 keys, H200;
+// 9.72 against cuDNN's 9.83 with whole tiles).
+void whole_splits(const DecodeAttentionParams& p, Plan* plan, int64_t tile) {
+  if (forced_splits() > 0 || plan->keys_per_split <= tile) return;
+  const int64_t whole = plan->keys_per_split / tile * tile;
+  if (p.kv_len / whole == plan->splits) plan->keys_per_split = whole;
+}
+
+// Blocks of the tensor-core kernel instance resident per SM (0: it cannot run here, e.g. 196 KiB of
+// shared memory on a GPU with less). Over the 48 KiB default: opts in once per instance (not a
+// stream operation: fine while a graph is being captured, and done at the first plan, before any
+// capture).
+template <typename T, int D, int WARPS>
+int mma_resident() {
+  static const int n = [] {
+    int blocks = 0;
+    constexpr size_t smem = mma_smem_bytes(D, WARPS);
+    const auto kernel = decode_attention_mma_kernel<T, D, WARPS>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, WARPS * 32, smem) != cudaSuccess ||
+        blocks <= 0) {
+      cudaGetLastError();
+      return 0;
+    }
+    return blocks;
+  }();
+  return n;
+}
+
+// Warps per block of the tensor-core kernel, once the splits are known: 8 where every block of the
+// grid has an SM to itself (the 8-warp kernel's shared memory allows one block an SM) and a split is
+// short, else 4 (two blocks an SM); 4 where the 8-warp kernel cannot be resident. On the H200 (GQA
+// 32/8, docs/H200_DECODE_PARITY.md) 8 warps took B=1 S=1k from 6.17 to 5.97 us, B=1 S=4k from 10.53
+// to 9.69, B=8 S=1k from 12.52 to 10.66; equal at 2048 keys a split (B=8 S=4k) and slower past it
+// (B=8 S=16k, 8192 keys: 128.8 against 125.2), and slower in two waves (B=32 S=1k: 39.3 against
+// 35.8). PVT_DECODE_MMA_WARPS=4|8 forces one (benchmark and test knob, read per call).
+constexpr int64_t kEightWarpsMaxKeys = 2048;  // keys of one split
+template <typename T>
+int choose_mma_warps(const DecodeAttentionParams& p, const Plan& plan) {
+  const char* knob = std::getenv("PVT_DECODE_MMA_WARPS");
+  bool eight = knob ? std::atoi(knob) == 8
+                    : p.batch * p.kv_heads * plan.splits <= plan.sms && plan.keys_per_split <= kEightWarpsMaxKeys;
+  if (eight) eight = p.head_dim == 64 ? mma_resident<T, 64, 8>() > 0 : mma_resident<T, 128, 8>() > 0;
+  return eight ? 8 : 4;
+}
+
+// A launch of `threads`-thread blocks on `grid`; with cluster_y > 1 the blocks form clusters of
 // (1, cluster_y, 1) (*attr holds that attribute, so it must outlive the launch).
-cudaLaunchConfig_t block_launch(dim3 grid, size_t smem, cudaStream_t stream, unsigned cluster_y,
+cudaLaunchConfig_t block_launch(dim3 grid, int threads, size_t smem, cudaStream_t stream, unsigned cluster_y,
                                 cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   attr->id = cudaLaunchAttributeClusterDimension;
@@ -505,13 +553,14 @@ cudaLaunchConfig_t block_launch(dim3 grid, size_t smem, cudaStream_t stream, uns
 // PVT_DECODE_NO_CLUSTER=1 is a benchmark and test knob (read per call): the workspace and merge
 // kernel instead, to compare both in one process.
 template <typename Kernel>
-int cluster_limit(Kernel kernel, size_t smem, int* cached) {
+int cluster_limit(Kernel kernel, int threads, size_t smem, int* cached) {
   if (std::getenv("PVT_DECODE_NO_CLUSTER") != nullptr) return 1;
   if (*cached != 0) return *cached;
   int limit = 1, dev = 0, can = 0, active = 0;
   cudaFuncAttributes fa;
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = block_launch(dim3(1, kMaxClusterSplits, 1), smem, nullptr, kMaxClusterSplits, &attr);
+  const cudaLaunchConfig_t cfg =
+      block_launch(dim3(1, kMaxClusterSplits, 1), threads, smem, nullptr, kMaxClusterSplits, &attr);
   if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&can, cudaDevAttrClusterLaunch, dev) == cudaSuccess &&
       can != 0 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.ptxVersion >= 90 && fa.binaryVersion >= 90 &&
       cudaOccupancyMaxActiveClusters(&active, kernel, &cfg) == cudaSuccess && active > 0) {
@@ -530,19 +579,28 @@ int cluster_limit(Kernel kernel, size_t smem, int* cached) {
 // within one GPC, are long or many: B=8 S=16k (2 splits) 135.8 against 128.3 us, B=1 S=4k (16)
 // 14.3 against 13.6, B=8 S=1k forced to 8 splits 30.5 against 23.2.
 constexpr int64_t kClusterMaxKeys = 4096;  // keys of all the splits of one cluster
-void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit) {
+void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, int64_t tile) {
+  const bool forced = forced_splits() > 0;
+  // A few splits more than a cluster holds (a bound a little past a round length, as a per-slot
+  // cache's capacity is): `limit` slightly longer splits as one cluster instead. GQA B=1 with 1088
+  // keys: 8 splits in a cluster 7.17 us against 9 through the workspace 7.92 (H200).
+  if (limit > 1 && !forced && plan->splits > limit && plan->splits <= limit + limit / 4 &&
+      p.kv_len <= kClusterMaxKeys && p.batch * p.kv_heads * plan->row_groups * limit <= plan->sms) {
+    plan->keys_per_split = (p.kv_len + limit - 1) / limit;
+    plan->splits = (p.kv_len + plan->keys_per_split - 1) / plan->keys_per_split;
+  }
+  whole_splits(p, plan, tile);
   const int64_t blocks = p.batch * p.kv_heads * plan->row_groups * plan->splits;
-  plan->cluster = plan->splits > 1 && plan->splits <= limit &&
-                  plan->splits * plan->keys_per_split <= kClusterMaxKeys && blocks <= plan->sms;
+  plan->cluster = plan->splits > 1 && plan->splits <= limit && p.kv_len <= kClusterMaxKeys && blocks <= plan->sms;
 }
 
 // Queues `kernel` on the plan's grid; with plan.cluster the splits of a row group form one cluster.
 template <typename Kernel>
-Status launch_kernel(Kernel kernel, dim3 grid, size_t smem, const Plan& plan, cudaStream_t stream,
+Status launch_kernel(Kernel kernel, dim3 grid, int threads, size_t smem, const Plan& plan, cudaStream_t stream,
                      const DecodeAttentionParams& p, Workspace ws) {
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg =
-      block_launch(grid, smem, stream, plan.cluster ? static_cast<unsigned>(plan.splits) : 1, &attr);
+      block_launch(grid, threads, smem, stream, plan.cluster ? static_cast<unsigned>(plan.splits) : 1, &attr);
   PVT_CU_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, plan.keys_per_split, plan.splits, ws, plan.cluster));
   return Status::Ok();
 }
@@ -551,7 +609,8 @@ template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
 Status launch_main(const DecodeAttentionParams& p, const Plan& plan, Workspace ws, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan.splits),
                   static_cast<unsigned>(plan.row_groups));
-  return launch_kernel(decode_attention_kernel<T, VEC, CPL, ROWS, LANES, MASKED>, grid, 0, plan, stream, p, ws);
+  return launch_kernel(decode_attention_kernel<T, VEC, CPL, ROWS, LANES, MASKED>, grid, kThreads, 0, plan, stream, p,
+                       ws);
 }
 
 // The one place that maps a plan to a kernel instance. With launch == false it only completes the
@@ -588,42 +647,36 @@ Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaSt
   using IF = std::integral_constant<int, kFallbackChunks>;
   if (plan->mma_kernel) {
     if constexpr (sizeof(T) == 2) {
-      auto mma = [&](auto d_c) -> Status {
-        constexpr int Dh = decltype(d_c)::value;
-        constexpr size_t smem = mma_smem_bytes(Dh);
-        // Over the 48 KiB default: opt in once per instance (not a stream operation: fine while a
-        // graph is being captured, and done at the first plan, before any capture).
-        static const int resident = [] {  // only checks that the kernel fits (see the split choice)
-          int blocks = 0;
-          if (cudaFuncSetAttribute(decode_attention_mma_kernel<T, Dh>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(smem)) != cudaSuccess ||
-              cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_attention_mma_kernel<T, Dh>, kThreads,
-                                                            smem) != cudaSuccess ||
-              blocks <= 0) {
-            cudaGetLastError();
-            return 0;
-          }
-          return blocks;
-        }();
-        if (resident == 0) {
+      auto mma = [&](auto d_c, auto warps_c) -> Status {
+        constexpr int Dh = decltype(d_c)::value, W = decltype(warps_c)::value;
+        constexpr size_t smem = mma_smem_bytes(Dh, W);
+        const auto kernel = decode_attention_mma_kernel<T, Dh, W>;
+        if (mma_resident<T, Dh, W>() == 0) {
           return Status(Code::kDriver, "decode_attention_cuda: the tensor-core kernel cannot be resident (" +
                                            std::to_string(smem) + " bytes of shared memory)");
         }
         if (!launch) {
-          // One block per SM, not `resident` (2): on the H200 (GQA 32/8, fp16) that was as fast or
-          // faster on all 12 shapes of B x S, up to 9% (B = 1, S = 16k); fewer, longer blocks keep
-          // their tile pipeline full and leave half the partials to merge (docs/H200_DECODE_PARITY.md).
-          const char* knob = std::getenv("PVT_DECODE_MMA_BLOCKS_PER_SM");  // benchmark knob, unset in use
-          plan_splits(p, plan, knob ? std::max(1, std::atoi(knob)) : 1);
           static int limit = 0;
-          plan_cluster(p, plan, cluster_limit(decode_attention_mma_kernel<T, Dh>, smem, &limit));
+          plan_cluster(p, plan, cluster_limit(kernel, W * 32, smem, &limit), 16 * W);
           return Status::Ok();
         }
         const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan->splits), 1);
-        return launch_kernel(decode_attention_mma_kernel<T, Dh>, grid, smem, *plan, stream, p, ws);
+        return launch_kernel(kernel, grid, W * 32, smem, *plan, stream, p, ws);
       };
-      if (p.head_dim == 64) return mma(std::integral_constant<int, 64>{});
-      return mma(std::integral_constant<int, 128>{});
+      using I64 = std::integral_constant<int, 64>;
+      using I128 = std::integral_constant<int, 128>;
+      if (!launch) {
+        // One block per SM, not the 2 resident ones of the 4-warp kernel: on the H200 (GQA 32/8, fp16)
+        // that was as fast or faster on all 12 shapes of B x S, up to 9% (B = 1, S = 16k); fewer,
+        // longer blocks keep their tile pipeline full and leave half the partials to merge
+        // (docs/H200_DECODE_PARITY.md).
+        const char* knob = std::getenv("PVT_DECODE_MMA_BLOCKS_PER_SM");  // benchmark knob, unset in use
+        plan_splits(p, plan, knob ? std::max(1, std::atoi(knob)) : 1);
+        plan->mma_warps = choose_mma_warps<T>(p, *plan);
+      }
+      const bool eight = plan->mma_warps == 8;
+      if (p.head_dim == 64) return eight ? mma(I64{}, I8{}) : mma(I64{}, I4{});
+      return eight ? mma(I128{}, I8{}) : mma(I128{}, I4{});
     }
     return Status(Code::kInvalidArgument, "decode_attention_cuda: the tensor-core kernel needs a 16-bit cache");
   }

@@ -5,12 +5,12 @@
 // decode_attention_rows_cuda.cuh, converts and multiplies every key once per row: 1.3-2x slower than
 // cuDNN for GQA 32/8 on the H200, docs/H200_DECODE_PARITY.md.)
 //
-// Block = 4 warps, one (entry, kv head) and one split of its keys. Tiles of kMmaKeys = 64 keys of K
-// and V go to shared memory by 16-byte cp.async, kMmaStages deep, rows XOR-swizzled so that
+// Block = WARPS warps (4 or 8), one (entry, kv head) and one split of its keys. Tiles of 16 x WARPS keys
+// of K and V go to shared memory by 16-byte cp.async, kMmaStages deep, rows XOR-swizzled so that
 // ldmatrix reads 8 keys without bank conflicts. Warp w takes keys [16w, 16w + 16) of every tile and
 // keeps its own online softmax (m, l, O as MMA accumulators), FlashAttention-2 style: S = Q K^T
 // (K via ldmatrix), P = exp(S - m) re-packed in registers as the A operand of O += P V (V via
-// ldmatrix.trans). The four warps' partial states merge through shared memory at the end into the
+// ldmatrix.trans). The warps' partial states merge through shared memory at the end into the
 // block's partials, which finish_block (decode_attention_finish_cuda.cuh) writes, merges within a
 // cluster or leaves to merge_splits_kernel. P is rounded to the cache's 16-bit type for the second
 // MMA, as flash-attention does; everything else accumulates in float32.
@@ -23,14 +23,14 @@
 namespace pvt {
 namespace decode_cuda {
 
-constexpr int kMmaKeys = 64;     // keys per tile: 16 per warp
 constexpr int kMmaMaxRows = 16;  // the M of the MMA
 constexpr int kMmaStages = 3;    // tiles in flight: two load while one is used
 
-// Dynamic shared memory of the kernel for head dim D: kMmaStages stages of a K and a V tile, then the
-// 16 query rows.
-__host__ __device__ constexpr size_t mma_smem_bytes(int D) {
-  return (static_cast<size_t>(kMmaStages) * 2 * kMmaKeys + kMmaMaxRows) * D * 2;
+// Dynamic shared memory of the kernel for head dim D and WARPS warps (tiles of 16 x WARPS keys):
+// kMmaStages stages of a K and a V tile, then the 16 query rows. 4 warps: 100 KiB at D = 128, two
+// blocks an SM; 8 warps: 196 KiB, one.
+__host__ __device__ constexpr size_t mma_smem_bytes(int D, int WARPS) {
+  return (static_cast<size_t>(kMmaStages) * 2 * 16 * WARPS + kMmaMaxRows) * D * 2;
 }
 
 template <typename T>
@@ -88,29 +88,40 @@ __device__ __forceinline__ int swz(int n, int c) {
   return n * CH + (c ^ (n & 7));
 }
 
-// T: __half or __nv_bfloat16; D: 64 or 128 (CH = D / 8 chunks of 16 bytes per key).
-template <typename T, int D>
-__global__ void __launch_bounds__(kThreads)
+// T: __half or __nv_bfloat16; D: 64 or 128 (CH = D / 8 chunks of 16 bytes per key); WARPS: 4 or 8.
+// 8 warps put two warps on each scheduler, so one hides the other's dependency stalls, and halve the
+// instructions each warp issues per key (its share of the tile loads and MMAs): what a short block,
+// bound by its instruction latency, pays for (Nsight Compute on the H200, docs/H200_DECODE_PARITY.md).
+template <typename T, int D, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32)
     decode_attention_mma_kernel(const DecodeAttentionParams p, const int64_t keys_per_split, const int64_t splits,
                                 Workspace ws, const bool cluster) {
   constexpr int CH = D / 8;   // 16-byte chunks per key
   constexpr int KS = D / 16;  // k16 steps of Q K^T
   constexpr int NT = D / 8;   // n8 tiles of O
+  constexpr int NTHR = WARPS * 32, kMmaKeys = 16 * WARPS;  // threads; keys per tile
   static_assert(CH >= 8 && KS % 2 == 0, "head dims of 64 or 128");
+  static_assert(WARPS == 4 || WARPS == 8, "4 or 8 warps");
   extern __shared__ __align__(16) uint4 smem[];
   // Stage st of the K tile, and of the V tile.
   auto sk = [&](int st) { return smem + st * (kMmaKeys * CH); };
   auto sv = [&](int st) { return smem + (kMmaStages + st) * (kMmaKeys * CH); };
 
-  const int64_t Tq = p.q_len, G = p.q_heads / p.kv_heads, R = G * Tq;
+  // 32-bit index arithmetic (the host checks batch x kv heads and the rows per kv head against the grid
+  // limits): a 64-bit division is a subroutine call, and a short block's cost is its instruction count.
+  const int kvh = static_cast<int>(p.kv_heads), bi = static_cast<int>(blockIdx.x) / kvh;
+  const int64_t Tq = p.q_len, G = static_cast<int>(p.q_heads) / kvh, R = G * Tq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t b = blockIdx.x / p.kv_heads, hk = blockIdx.x % p.kv_heads;
+  const int64_t b = bi, hk = static_cast<int>(blockIdx.x) - bi * kvh;
   const int64_t split = blockIdx.y;
 
   const Entry e = entry_of(p, b);
   if (e.refused && p.error_flag != nullptr && split == 0 && threadIdx.x == 0) *p.error_flag = 1;
+  // The last split also takes the keys past splits x keys_per_split: the plan rounds keys_per_split
+  // down to whole tiles where that keeps the split count (whole_splits, decode_attention_cuda.cu).
   const int64_t s_lo = split * keys_per_split;
-  const int64_t s_hi = s_lo + keys_per_split < e.n ? s_lo + keys_per_split : e.n;
+  const int64_t s_end = split + 1 == splits ? e.n : s_lo + keys_per_split;
+  const int64_t s_hi = s_end < e.n ? s_end : e.n;
 
   const T* kb = static_cast<const T*>(p.k) + e.kv_row * p.k_stride[1] + hk * p.k_stride[2];
   const T* vb = static_cast<const T*>(p.v) + e.kv_row * p.v_stride[1] + hk * p.v_stride[2];
@@ -122,8 +133,8 @@ __global__ void __launch_bounds__(kThreads)
   // Each thread copies one 16-byte chunk column `ch` of every KPI-th key of a tile: the addresses of
   // its chunks differ by a constant step, computed once (a short block's fixed cost is its
   // instruction count: one warp per scheduler, every dependency exposed; Nsight Compute, H200).
-  constexpr int KPI = kThreads / CH;  // keys per pass of the block over a tile
-  static_assert(kThreads % CH == 0 && kMmaKeys % KPI == 0, "a tile is a whole number of passes");
+  constexpr int KPI = NTHR / CH;  // keys per pass of the block over a tile
+  static_assert(NTHR % CH == 0 && kMmaKeys % KPI == 0, "a tile is a whole number of passes");
   const int ch = static_cast<int>(threadIdx.x) % CH, key0 = static_cast<int>(threadIdx.x) / CH;
   const T* kp0 = kb + key0 * ks0 + ch * 8;
   const T* vp0 = vb + key0 * vs0 + ch * 8;
@@ -132,12 +143,22 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t t0 = s_lo + tile * kMmaKeys;
     const T* kp = kp0 + t0 * ks0;
     const T* vp = vp0 + t0 * vs0;
+    if (t0 + kMmaKeys <= s_hi) {  // a whole tile (all but a split's last): no per-key condition
 #pragma unroll
-    for (int it = 0; it < kMmaKeys / KPI; ++it) {
-      const int key = key0 + it * KPI;
-      const bool ok = t0 + key < s_hi;  // past the split: zeros, never read (and masked below)
-      cp_async16(sk(stage) + swz<CH>(key, ch), ok ? kp + it * kstep : kb, ok);
-      cp_async16(sv(stage) + swz<CH>(key, ch), ok ? vp + it * vstep : vb, ok);
+      for (int it = 0; it < kMmaKeys / KPI; ++it) {
+        const int key = key0 + it * KPI;
+        cp_async16(sk(stage) + swz<CH>(key, ch), kp + it * kstep, true);
+        cp_async16(sv(stage) + swz<CH>(key, ch), vp + it * vstep, true);
+      }
+    } else {
+      const int left = static_cast<int>(s_hi - t0);  // keys of the tile inside the split, < kMmaKeys
+#pragma unroll
+      for (int it = 0; it < kMmaKeys / KPI; ++it) {
+        const int key = key0 + it * KPI;
+        const bool ok = key < left;  // past the split: zeros, never read (and masked below)
+        cp_async16(sk(stage) + swz<CH>(key, ch), ok ? kp + it * kstep : kb, ok);
+        cp_async16(sv(stage) + swz<CH>(key, ch), ok ? vp + it * vstep : vb, ok);
+      }
     }
     cp_async_commit();
   };
@@ -149,10 +170,8 @@ __global__ void __launch_bounds__(kThreads)
   const int tq = static_cast<int>(Tq), rows = static_cast<int>(R);
   {
     const T* q = static_cast<const T*>(p.q);
-    static_assert((kMmaMaxRows * CH) % kThreads == 0, "the rows are a whole number of chunks per thread");
 #pragma unroll
-    for (int it = 0; it < kMmaMaxRows * CH / kThreads; ++it) {
-      const int c = it * kThreads + static_cast<int>(threadIdx.x);
+    for (int c = static_cast<int>(threadIdx.x); c < kMmaMaxRows * CH; c += NTHR) {
       const int row = c / CH, qc = c % CH;
       const int hg = row / tq, t = row - hg * tq;
       const bool live = row < rows && t < e.q_count;
@@ -294,18 +313,17 @@ __global__ void __launch_bounds__(kThreads)
     l[hi] += __shfl_xor_sync(0xffffffffu, l[hi], 1);
     l[hi] += __shfl_xor_sync(0xffffffffu, l[hi], 2);
   }
-  float* sm_o = reinterpret_cast<float*>(smem);               // [kWarps][16][D]
-  float* sm_m = sm_o + kWarps * kMmaMaxRows * D;               // [kWarps][16]
-  float* sm_l = sm_m + kWarps * kMmaMaxRows;                   // [kWarps][16]
-  float* st_m = sm_l + kWarps * kMmaMaxRows;                   // [16]: the block's partials (natural log)
+  float* sm_o = reinterpret_cast<float*>(smem);               // [WARPS][16][D]
+  float* sm_m = sm_o + WARPS * kMmaMaxRows * D;                // [WARPS][16]
+  float* sm_l = sm_m + WARPS * kMmaMaxRows;                    // [WARPS][16]
+  float* st_m = sm_l + WARPS * kMmaMaxRows;                    // [16]: the block's partials (natural log)
   float* st_l = st_m + kMmaMaxRows;                            // [16]
-  float* scratch = st_l + kMmaMaxRows;                         // finish_block's
-  static_assert((kWarps * kMmaMaxRows * (D + 2) + 2 * kMmaMaxRows + finish_scratch_floats<kMmaMaxRows>()) *
-                        sizeof(float) <= mma_smem_bytes(D),
+  static_assert((WARPS * kMmaMaxRows * (D + 2) + 2 * kMmaMaxRows) * sizeof(float) <= mma_smem_bytes(D, WARPS),
                 "the merge fits the tiles' space");
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {
     const int row = r0 + 8 * hi;
+    if (row >= rows) continue;  // not a live row (rows 8-15 of a GQA group of 4: the whole warp skips)
     if (lane % 4 == 0) {
       sm_m[warp * kMmaMaxRows + row] = m[hi];
       sm_l[warp * kMmaMaxRows + row] = l[hi];
@@ -321,15 +339,15 @@ __global__ void __launch_bounds__(kThreads)
 
   // The warps' states merged into warp 0's slot (in place: element (row, d) is read and written by one
   // thread only; m and l go to their own arrays).
-  for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < rows * D; idx += NTHR) {
     const int row = idx / D, d = idx % D;  // D is a constant: no division
     float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w * kMmaMaxRows + row]);
+    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, sm_m[w * kMmaMaxRows + row]);
     float sum = 0.f, a = 0.f;
     if (mx != -INFINITY) {
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
+      for (int w = 0; w < WARPS; ++w) {
         const float c = exp2f(sm_m[w * kMmaMaxRows + row] - mx);
         sum += sm_l[w * kMmaMaxRows + row] * c;
         a += sm_o[(w * kMmaMaxRows + row) * D + d] * c;
@@ -342,8 +360,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  finish_block<T, kMmaMaxRows, D>(p, e, b, hk, rows, split, splits, ws, cluster, BlockRows{st_m, st_l, sm_o, D},
-                                  scratch);
+  finish_block<T, D, NTHR>(p, e, b, hk, rows, split, splits, ws, cluster, BlockRows{st_m, st_l, sm_o, D});
 }
 
 }  // namespace decode_cuda

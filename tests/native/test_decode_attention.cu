@@ -205,6 +205,10 @@ void test_variants(Report& r, std::mt19937& rng, cudaStream_t stream) {
       {"mma.tq5.mha_rows5.bf16", 3, 5, 4, 4, 128, 257, bf16},
       {"mma.d64.tq2.rows16.fp16", 2, 2, 16, 2, 64, 999, f16},
       {"mma.gqa32_8.s20000.bf16", 1, 1, 32, 8, 128, 20000, bf16},
+      // 1100 keys plan 9 splits, re-split into one cluster of 8 (138 keys a split: not whole tiles).
+      {"mma.gqa4.s1100.recluster.fp16", 1, 1, 8, 2, 128, 1100, f16},
+      // 4160 keys: 16 splits of 256 (whole tiles), the last one takes the other 64.
+      {"mma.gqa32_8.s4160.last_split_longer.bf16", 1, 1, 32, 8, 128, 4160, bf16},
       // MHA where batch x kv heads fills one wave of the tensor-core kernel (more than one block per SM,
       // at most two, on a 132-SM H200) over a short context: the plan takes that kernel for one row.
       {"mma.mha_one_wave.fp16", 40, 1, 4, 4, 128, 1000, f16},
@@ -555,20 +559,26 @@ int main(int argc, char** argv) {
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   std::mt19937 rng(7);
   if (run_tests) {
-    // Three passes over the same cases, one per way the splits are finished: the plan's own choice
-    // (clusters on Hopper where the splits fit one), the workspace and merge kernel only
-    // (PVT_DECODE_NO_CLUSTER), and 3 forced splits (an odd cluster, also for the short cases).
-    struct Mode { const char* prefix; const char* no_cluster; const char* splits; };
-    for (const Mode& m : {Mode{"", nullptr, nullptr}, Mode{"no_cluster.", "1", nullptr}, Mode{"splits3.", nullptr, "3"}}) {
+    // Passes over the same cases, one per way the splits are finished and per block size of the
+    // tensor-core kernel: the plan's own choice (clusters on Hopper where the splits fit one), the
+    // workspace and merge kernel only (PVT_DECODE_NO_CLUSTER), 3 forced splits (an odd cluster, also
+    // for the short cases), and blocks of 4 and of 8 warps forced (PVT_DECODE_MMA_WARPS), the latter
+    // also through the workspace.
+    struct Mode { const char* prefix; const char* no_cluster; const char* splits; const char* warps; };
+    const char* knobs[] = {"PVT_DECODE_NO_CLUSTER", "PVT_DECODE_SPLITS", "PVT_DECODE_MMA_WARPS"};
+    for (const Mode& m : {Mode{"", nullptr, nullptr, nullptr}, Mode{"no_cluster.", "1", nullptr, nullptr},
+                          Mode{"splits3.", nullptr, "3", nullptr}, Mode{"warps4.", nullptr, nullptr, "4"},
+                          Mode{"warps8.", nullptr, nullptr, "8"}, Mode{"warps8.no_cluster.", "1", nullptr, "8"}}) {
       g_mode = m.prefix;
-      if (m.no_cluster) setenv("PVT_DECODE_NO_CLUSTER", m.no_cluster, 1); else unsetenv("PVT_DECODE_NO_CLUSTER");
-      if (m.splits) setenv("PVT_DECODE_SPLITS", m.splits, 1); else unsetenv("PVT_DECODE_SPLITS");
+      const char* vals[] = {m.no_cluster, m.splits, m.warps};
+      for (int i = 0; i < 3; ++i) {
+        if (vals[i]) setenv(knobs[i], vals[i], 1); else unsetenv(knobs[i]);
+      }
       test_matrix(r, rng, stream);
       test_variants(r, rng, stream);
       test_varlen(r, rng, stream);
     }
-    unsetenv("PVT_DECODE_NO_CLUSTER");
-    unsetenv("PVT_DECODE_SPLITS");
+    for (const char* k : knobs) unsetenv(k);
     g_mode.clear();
     test_in_cache(r, rng, stream);
     test_errors(r);
