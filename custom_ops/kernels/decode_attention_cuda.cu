@@ -383,22 +383,30 @@ int64_t choose_splits(int64_t base_blocks, int64_t kv_len, int64_t slots) {
   const int64_t max_splits =
       std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, (kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit));
   // A forced count may go below kMinKeysPerSplit keys a split (to 16), for sweeps of short contexts.
-  if (forced_splits() > 0) return std::min<int64_t>({forced_splits(), kMaxSplits, std::max<int64_t>(1, (kv_len + 15) / 16)});
+  const int64_t forced = forced_splits();
+  if (forced > 0) return std::min<int64_t>({forced, kMaxSplits, std::max<int64_t>(1, (kv_len + 15) / 16)});
   return std::max<int64_t>(1, std::min<int64_t>(max_splits, slots / std::max<int64_t>(1, base_blocks)));
+}
+
+// Blocks of `kernel` resident per SM with `threads` threads and `smem` bytes of dynamic shared memory
+// (opting in to that much first: over the 48 KiB default for the tensor-core kernel), or `fallback`
+// where a query fails. Not a stream operation: fine while a graph is being captured. The callers keep
+// the answer in a static per kernel instance, so it is asked once.
+template <typename Kernel>
+int query_resident(Kernel kernel, int threads, size_t smem, int fallback) {
+  int blocks = 0;
+  if ((smem > 0 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
+                       cudaSuccess) ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem) != cudaSuccess || blocks <= 0) {
+    cudaGetLastError();
+    return fallback;
+  }
+  return blocks;
 }
 
 template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
 int resident_blocks() {
-  static const int n = [] {
-    int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_attention_kernel<T, VEC, CPL, ROWS, LANES, MASKED>,
-                                                      kThreads, 0) != cudaSuccess ||
-        blocks <= 0) {
-      cudaGetLastError();
-      return 4;
-    }
-    return blocks;
-  }();
+  static const int n = query_resident(decode_attention_kernel<T, VEC, CPL, ROWS, LANES, MASKED>, kThreads, 0, 4);
   return n;
 }
 
@@ -483,32 +491,19 @@ void plan_splits(const DecodeAttentionParams& p, Plan* plan, int resident) {
 // takes the rest (the kernel reads its end as the entry's). Else a bound a little past a round length
 // costs every split one more, nearly empty tile: per-slot GQA B=1 with a bound of S + 64 = 4160 keys
 // planned 16 splits of 260 keys, 3 tiles of 128 each (11.0 us against 9.6 for S = 4096 keys, H200;
-// 9.72 against cuDNN's 9.83 with whole tiles).
+// 9.72 against cuDNN's 9.83 with whole tiles). Not for a forced split count (the caller checks).
 void whole_splits(const DecodeAttentionParams& p, Plan* plan, int64_t tile) {
-  if (forced_splits() > 0 || plan->keys_per_split <= tile) return;
+  if (plan->keys_per_split <= tile) return;
   const int64_t whole = plan->keys_per_split / tile * tile;
   if (p.kv_len / whole == plan->splits) plan->keys_per_split = whole;
 }
 
 // Blocks of the tensor-core kernel instance resident per SM (0: it cannot run here, e.g. 196 KiB of
-// shared memory on a GPU with less). Over the 48 KiB default: opts in once per instance (not a
-// stream operation: fine while a graph is being captured, and done at the first plan, before any
-// capture).
+// shared memory on a GPU with less).
 template <typename T, int D, int WARPS>
 int mma_resident() {
-  static const int n = [] {
-    int blocks = 0;
-    constexpr size_t smem = mma_smem_bytes(D, WARPS);
-    const auto kernel = decode_attention_mma_kernel<T, D, WARPS>;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
-            cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, WARPS * 32, smem) != cudaSuccess ||
-        blocks <= 0) {
-      cudaGetLastError();
-      return 0;
-    }
-    return blocks;
-  }();
+  static const int n =
+      query_resident(decode_attention_mma_kernel<T, D, WARPS>, WARPS * 32, mma_smem_bytes(D, WARPS), 0);
   return n;
 }
 
@@ -573,7 +568,7 @@ int cluster_limit(Kernel kernel, int threads, size_t smem, int* cached) {
 
 // Cluster or workspace, once the split count is known (tensor-core kernel only: the one-row kernel's
 // cluster variant measured slower, its main loop compiled to fewer registers). On the H200 (GQA 32/8,
-// fp16; docs/H200_DECODE_PARITY.md) a cluster saves the merge kernel, 1.3-1.6 us, where all blocks fit
+// fp16, third session's kernels; docs/H200_DECODE_PARITY.md) a cluster saves the merge kernel, 1.3-1.6 us, where all blocks fit
 // one wave and they are short: B=1 S=1k (8 splits) 9.1 against 10.7 us, B=8 S=1k (2) 14.6 against
 // 16.4, B=8 S=4k (2) 38.7 against 40.0. It costs more than that where a cluster's blocks, placed
 // within one GPC, are long or many: B=8 S=16k (2 splits) 135.8 against 128.3 us, B=1 S=4k (16)
@@ -589,7 +584,7 @@ void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, int64_t
     plan->keys_per_split = (p.kv_len + limit - 1) / limit;
     plan->splits = (p.kv_len + plan->keys_per_split - 1) / plan->keys_per_split;
   }
-  whole_splits(p, plan, tile);
+  if (!forced) whole_splits(p, plan, tile);
   const int64_t blocks = p.batch * p.kv_heads * plan->row_groups * plan->splits;
   plan->cluster = plan->splits > 1 && plan->splits <= limit && p.kv_len <= kClusterMaxKeys && blocks <= plan->sms;
 }
@@ -684,16 +679,7 @@ Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaSt
     auto rows = [&](auto lanes_c) -> Status {
       constexpr int L = decltype(lanes_c)::value;
       if (!launch) {
-        static const int resident = [] {  // only checks that the kernel fits (see the split choice)
-          int blocks = 0;
-          if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_attention_rows_kernel<T, L>, kThreads, 0) !=
-                  cudaSuccess ||
-              blocks <= 0) {
-            cudaGetLastError();
-            return 4;
-          }
-          return blocks;
-        }();
+        static const int resident = query_resident(decode_attention_rows_kernel<T, L>, kThreads, 0, 4);
         plan_splits(p, plan, resident);
         return Status::Ok();
       }
