@@ -51,7 +51,7 @@ namespace {
 using namespace decode_cuda;  // NOLINT: the kernels' shared helpers
 
 constexpr int kTile = 4;                   // keys per key group whose loads are in flight together
-constexpr int64_t kMinKeysPerSplit = 128;  // below this a split costs more than it saves
+constexpr int64_t kMinKeysPerSplit = 128;  // below this a split costs more than it saves (but balance_splits)
 constexpr int kMaxSplits = 128;
 constexpr int kFallbackChunks = 8;         // scalar path: 32 lanes x 8 elements = head_dim 256
 
@@ -96,7 +96,8 @@ __global__ void __launch_bounds__(kThreads)
     *p.error_flag = 1;
   }
   const int64_t s_lo = split * keys_per_split;
-  const int64_t s_hi = s_lo + keys_per_split < e.n ? s_lo + keys_per_split : e.n;
+  const int64_t s_end = split + 1 == splits ? e.n : s_lo + keys_per_split;  // the last split: the rest (whole_splits)
+  const int64_t s_hi = s_end < e.n ? s_end : e.n;
 
   const T* q = static_cast<const T*>(p.q);
   const T* k = static_cast<const T*>(p.k);
@@ -487,11 +488,36 @@ void plan_splits(const DecodeAttentionParams& p, Plan* plan, int resident) {
   plan->splits = (p.kv_len + plan->keys_per_split - 1) / plan->keys_per_split;  // no empty split
 }
 
-// Whole tiles a split of the tensor-core kernel, where that keeps the split count; the last split
-// takes the rest (the kernel reads its end as the entry's). Else a bound a little past a round length
-// costs every split one more, nearly empty tile: per-slot GQA B=1 with a bound of S + 64 = 4160 keys
-// planned 16 splits of 260 keys, 3 tiles of 128 each (11.0 us against 9.6 for S = 4096 keys, H200;
-// 9.72 against cuDNN's 9.83 with whole tiles). Not for a forced split count (the caller checks).
+// More, shorter splits than kMinKeysPerSplit gives, where they shorten the busiest SM's work (one-row kernel,
+// which already splits; up to one wave of resident blocks). Its time follows the blocks on the busiest SM
+// times the key steps of a block. On the H200 (MHA B=1, per-slot bound 1088, run 20: three processes, best
+// of 7 each) 12 splits of 91 keys (3 blocks an SM x 3 steps) took 8.86-9.05 us, the 9 splits of 121 keys
+// (3 x 4) that kMinKeysPerSplit allows 9.02-9.32, 8 of 136 (2 x 5) 9.39-9.48, 16 of 68 (4 x 3) 9.51-9.55;
+// seq-major S = 1024 stays at 8 of 128 (2 x 4, 8.32-8.46; 16 of 64, 4 x 2, 8.59-8.72: a tie goes to fewer).
+// Not for a forced split count (the caller checks).
+void balance_splits(const DecodeAttentionParams& p, Plan* plan, int resident, int64_t step) {
+  if (plan->splits < 2) return;  // no merge yet: one more kernel costs more than this saves
+  const int64_t base = p.batch * p.kv_heads * plan->row_groups;
+  const int64_t most = std::min<int64_t>(kMaxSplits, plan->sms * resident / base);
+  auto cost = [&](int64_t s) {
+    const int64_t kps = (p.kv_len + s - 1) / s;
+    return (base * s + plan->sms - 1) / plan->sms * ((kps + step - 1) / step);
+  };
+  int64_t best = plan->splits;
+  for (int64_t s = best + 1; s <= most && s * step <= p.kv_len; ++s) {
+    if (cost(s) < cost(best)) best = s;
+  }
+  plan->keys_per_split = (p.kv_len + best - 1) / best;
+  plan->splits = (p.kv_len + plan->keys_per_split - 1) / plan->keys_per_split;
+}
+
+// Whole tiles a split of the tensor-core kernel (whole key steps of the one-row kernel), where that keeps
+// the split count; the last split takes the rest (the kernels read its end as the entry's). Else a bound
+// a little past a round length costs every split one more, nearly empty tile: per-slot GQA B=1 with a
+// bound of S + 64 = 4160 keys planned 16 splits of 260 keys, 3 tiles of 128 each (11.0 us against 9.6
+// for S = 4096 keys, H200; 9.72 against cuDNN's 9.83 with whole tiles); MHA B=1 at 4160, one-row kernel:
+// 15 splits of 256 keys and one of 320, 22.70 against 23.50 us (run 17). Not for a forced split count
+// (the caller checks).
 void whole_splits(const DecodeAttentionParams& p, Plan* plan, int64_t tile) {
   if (plan->keys_per_split <= tile) return;
   const int64_t whole = plan->keys_per_split / tile * tile;
@@ -627,7 +653,13 @@ Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaSt
       return Status(Code::kUnsupported, "decode_attention_cuda: a masked plan must have one row per block");
     }
     if (!launch) {
-      plan_splits(p, plan, resident_blocks<T, V, C, Rw, L, false>());
+      const int resident = resident_blocks<T, V, C, Rw, L, false>();
+      plan_splits(p, plan, resident);
+      if (forced_splits() == 0) {
+        constexpr int64_t kStep = static_cast<int64_t>(kWarps) * (32 / L) * kTile;  // keys a block steps over
+        balance_splits(p, plan, resident, kStep);
+        whole_splits(p, plan, kStep);
+      }
       return Status::Ok();
     }
     return launch_main<T, V, C, Rw, L, false>(p, *plan, ws, stream);

@@ -379,6 +379,13 @@ void test_varlen(Report& r, std::mt19937& rng, cudaStream_t stream) {
       // Refusals: entry 1 reads past its slot's mapped tokens, entry 2 past the host's bound.
       {"refused.mapped_and_bound.fp16", 3, 1024, 4, 2, 128, f16, {}, {500, 900, 1023}, {1, 1, 2}, 2, 1024,
        {1024, 512, 1024}, true},
+      // Bounds a little past whole tiles / steps: the last split takes the keys past splits x keys_per_split
+      // (on the H200, tensor-core kernel: 8 splits of 128 + 204; one-row kernel, 32 heads: 16 splits of
+      // 256 + 511).
+      {"decode.bound_past_whole_tiles.gqa.fp16", 2, 1100, 8, 2, 128, f16, {}, {1099, 1050}, {1, 1}, 1, 1100, {}, true},
+      {"decode.bound_past_whole_steps.mha.fp16", 1, 4351, 32, 32, 128, f16, {}, {4350}, {1}, 1, 4351, {}, true},
+      // Few blocks: the one-row kernel takes splits shorter than kMinKeysPerSplit (balance_splits; 6 of 56).
+      {"decode.balanced_splits.mha.bf16", 2, 333, 4, 4, 128, bf16, {}, {332, 300}, {1, 1}, 1, 333, {}, true},
   };
   for (VarlenCase& c : cs) {
     c.name = g_mode + "varlen." + c.name;
