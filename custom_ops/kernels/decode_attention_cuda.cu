@@ -481,11 +481,15 @@ Plan make_plan(const DecodeAttentionParams& p) {
   return plan;
 }
 
+// Keys of up to n equal splits; the count then drops where rounding would leave a split empty.
+void set_splits(const DecodeAttentionParams& p, Plan* plan, int64_t n) {
+  plan->keys_per_split = (p.kv_len + n - 1) / n;
+  plan->splits = (p.kv_len + plan->keys_per_split - 1) / plan->keys_per_split;  // no empty split
+}
+
 void plan_splits(const DecodeAttentionParams& p, Plan* plan, int resident) {
   const int64_t base = p.batch * p.kv_heads * plan->row_groups;
-  const int64_t splits = choose_splits(base, p.kv_len, plan->sms * resident);
-  plan->keys_per_split = (p.kv_len + splits - 1) / splits;
-  plan->splits = (p.kv_len + plan->keys_per_split - 1) / plan->keys_per_split;  // no empty split
+  set_splits(p, plan, choose_splits(base, p.kv_len, plan->sms * resident));
 }
 
 // More, shorter splits than kMinKeysPerSplit gives, where they shorten the busiest SM's work (one-row kernel,
@@ -507,8 +511,7 @@ void balance_splits(const DecodeAttentionParams& p, Plan* plan, int resident, in
   for (int64_t s = best + 1; s <= most && s * step <= p.kv_len; ++s) {
     if (cost(s) < cost(best)) best = s;
   }
-  plan->keys_per_split = (p.kv_len + best - 1) / best;
-  plan->splits = (p.kv_len + plan->keys_per_split - 1) / plan->keys_per_split;
+  set_splits(p, plan, best);
 }
 
 // Whole tiles a split of the tensor-core kernel (whole key steps of the one-row kernel), where that keeps
@@ -607,8 +610,7 @@ void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, int64_t
   // keys: 8 splits in a cluster 7.17 us against 9 through the workspace 7.92 (H200).
   if (limit > 1 && !forced && plan->splits > limit && plan->splits <= limit + limit / 4 &&
       p.kv_len <= kClusterMaxKeys && p.batch * p.kv_heads * plan->row_groups * limit <= plan->sms) {
-    plan->keys_per_split = (p.kv_len + limit - 1) / limit;
-    plan->splits = (p.kv_len + plan->keys_per_split - 1) / plan->keys_per_split;
+    set_splits(p, plan, limit);
   }
   if (!forced) whole_splits(p, plan, tile);
   const int64_t blocks = p.batch * p.kv_heads * plan->row_groups * plan->splits;
