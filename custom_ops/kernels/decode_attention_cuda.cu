@@ -22,8 +22,9 @@
 //
 // The number of splits depends only on host-known sizes (kv_len as an upper bound, batch, heads,
 // the device's SM count and the kernel's occupancy), so a launch never reads the device and can be
-// captured in a CUDA graph; per-entry lengths (cache_seqlens) are read by the kernel, and the splits
-// past an entry's length exit at once. Measured against PyTorch's SDPA: docs/H200_DECODE_PARITY.md.
+// captured in a CUDA graph; per-entry lengths (cache_seqlens) are read by the kernel, which spreads
+// each entry's own keys over the splits (split_range), so a bound far above the lengths (a cache
+// planned for its capacity) still keeps every split busy. Measured against PyTorch's SDPA: docs/H200_DECODE_PARITY.md.
 #ifdef __CUDACC__
 #ifdef PADDLE_VTENSOR_WITH_CUDA
 
@@ -55,6 +56,9 @@ constexpr int64_t kMinKeysPerSplit = 128;  // below this a split costs more than
 constexpr int kMaxSplits = 128;
 constexpr int kFallbackChunks = 8;         // scalar path: 32 lanes x 8 elements = head_dim 256
 
+// Keys one pass of a one-row block covers (its unit of work): kTile keys for each of its key groups.
+__host__ __device__ constexpr int block_step(int lanes) { return kWarps * (32 / lanes) * kTile; }
+
 struct Plan {
   bool vectorised = false;
   int vec = 1;           // elements per chunk
@@ -63,7 +67,7 @@ struct Plan {
   int rows = 1;          // ROWS: query rows per block
   int64_t row_groups = 1;
   int64_t splits = 1;
-  int64_t keys_per_split = 0;
+  int64_t keys_per_split = 0;  // of a bound-long entry: a host estimate (the kernels use split_range)
   int64_t rows_total = 0;  // B * Hq * Tq: rows of the workspace
   bool rows_kernel = false;  // decode_attention_rows_kernel: K/V tiles in shared memory, a row per warp
   bool mma_kernel = false;   // decode_attention_mma_kernel: all rows of a kv head on tensor cores
@@ -76,11 +80,12 @@ struct Plan {
 
 template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
 __global__ void __launch_bounds__(kThreads)
-    decode_attention_kernel(const DecodeAttentionParams p, const int64_t keys_per_split, const int64_t splits,
-                            Workspace ws, const bool /*cluster: never, see plan_cluster*/) {
+    decode_attention_kernel(const DecodeAttentionParams p, const int64_t splits, Workspace ws,
+                            const bool /*cluster: never, see plan_cluster*/) {
   constexpr int E = VEC * CPL;  // elements of one row a lane holds
   constexpr int kKeysPerWarp = 32 / LANES;
   constexpr int kGroups = kWarps * kKeysPerWarp;  // key groups in the block
+  constexpr int kStep = block_step(LANES);
   const int64_t D = p.head_dim, Tq = p.q_len;
   const int64_t G = p.q_heads / p.kv_heads, R = G * Tq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -95,9 +100,8 @@ __global__ void __launch_bounds__(kThreads)
   if (e.refused && p.error_flag != nullptr && split == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
     *p.error_flag = 1;
   }
-  const int64_t s_lo = split * keys_per_split;
-  const int64_t s_end = split + 1 == splits ? e.n : s_lo + keys_per_split;  // the last split: the rest (whole_splits)
-  const int64_t s_hi = s_end < e.n ? s_end : e.n;
+  int64_t s_lo, s_hi;
+  split_range<kStep, int64_t>(e.n, split, splits, &s_lo, &s_hi);
 
   const T* q = static_cast<const T*>(p.q);
   const T* k = static_cast<const T*>(p.k);
@@ -141,8 +145,7 @@ __global__ void __launch_bounds__(kThreads)
 
   // The loop bound is the warp's first key, the same for all its lanes: every lane of a warp must
   // reach each shuffle below, also the key groups whose key lies past the end (they score -inf).
-  const int64_t step = static_cast<int64_t>(kGroups) * kTile;
-  for (int64_t warp_s = s_lo + warp * kKeysPerWarp; warp_s < s_hi; warp_s += step) {
+  for (int64_t warp_s = s_lo + warp * kKeysPerWarp; warp_s < s_hi; warp_s += kStep) {
     const int64_t s0 = warp_s + (kg - warp * kKeysPerWarp);
     Raw<T, VEC> kr[kTile][CPL], vr[kTile][CPL];
     // All loads of the tile first: 2 * kTile * CPL independent loads in flight per lane.
@@ -381,8 +384,7 @@ int64_t forced_splits() {
 // partials to write and merge, blocks queued behind others) and rising steeply below it (SMs idle).
 // Host-known sizes only: capturable in a CUDA graph.
 int64_t choose_splits(int64_t base_blocks, int64_t kv_len, int64_t slots) {
-  const int64_t max_splits =
-      std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, (kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit));
+  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, kv_len / kMinKeysPerSplit));
   // A forced count may go below kMinKeysPerSplit keys a split (to 16), for sweeps of short contexts.
   const int64_t forced = forced_splits();
   if (forced > 0) return std::min<int64_t>({forced, kMaxSplits, std::max<int64_t>(1, (kv_len + 15) / 16)});
@@ -492,39 +494,39 @@ void plan_splits(const DecodeAttentionParams& p, Plan* plan, int resident) {
   set_splits(p, plan, choose_splits(base, p.kv_len, plan->sms * resident));
 }
 
-// More, shorter splits than kMinKeysPerSplit gives, where they shorten the busiest SM's work (one-row kernel,
-// which already splits; up to one wave of resident blocks). Its time follows the blocks on the busiest SM
-// times the key steps of a block. On the H200 (MHA B=1, per-slot bound 1088, run 20: three processes, best
-// of 7 each) 12 splits of 91 keys (3 blocks an SM x 3 steps) took 8.86-9.05 us, the 9 splits of 121 keys
-// (3 x 4) that kMinKeysPerSplit allows 9.02-9.32, 8 of 136 (2 x 5) 9.39-9.48, 16 of 68 (4 x 3) 9.51-9.55;
-// seq-major S = 1024 stays at 8 of 128 (2 x 4, 8.32-8.46; 16 of 64, 4 x 2, 8.59-8.72: a tie goes to fewer).
+// The one-row kernel's split count (it already splits; up to one wave of resident blocks): its time
+// follows the blocks on the busiest SM times the steps of a block (split_range spreads an entry's steps
+// evenly over the splits). On the H200 (MHA B=1, run 20) seq-major S = 1024 ran 8 splits of 4 steps (2
+// blocks an SM) in 8.32-8.46 us, 16 of 2 (4 blocks an SM) 8.59-8.72: a tie goes to fewer; 1088 keys, 12
+// splits of 3 steps (3 blocks an SM) 8.86-9.05 us against 8 of 5 steps (2 an SM) 9.39-9.48.
+// With lengths from the device (cache_seqlens), kv_len only bounds them, and a count that fits the bound
+// may not fit a little less: at the bound 1088, 12 splits cost 3 x 3 and 8 splits 2 x 5, but at 1024
+// keys 12 splits still cost 3 x 3 and 8 splits 2 x 4. There the cost is the mean over the whole-step
+// lengths from half the bound to the bound (8 splits, then); for a known length, that length's.
 // Not for a forced split count (the caller checks).
 void balance_splits(const DecodeAttentionParams& p, Plan* plan, int resident, int64_t step) {
   if (plan->splits < 2) return;  // no merge yet: one more kernel costs more than this saves
   const int64_t base = p.batch * p.kv_heads * plan->row_groups;
   const int64_t most = std::min<int64_t>(kMaxSplits, plan->sms * resident / base);
+  const int64_t top = (p.kv_len + step - 1) / step;  // steps of a bound-long entry
+  if (plan->splits >= std::min(most, top)) return;  // no other count to try (all long contexts)
+  // Lengths costed: their steps from `low` to `top`, at most 65 of them (the host plans every call).
+  const int64_t low = p.cache_seqlens != nullptr ? (top + 1) / 2 : top;
+  const int64_t stride = std::max<int64_t>(1, (top - low) / 64);
   auto cost = [&](int64_t s) {
-    const int64_t kps = (p.kv_len + s - 1) / s;
-    return (base * s + plan->sms - 1) / plan->sms * ((kps + step - 1) / step);
+    int64_t sum = 0;
+    for (int64_t t = top; t >= low; t -= stride) {
+      const int64_t busy = std::min(s, t);  // splits with keys
+      sum += (base * busy + plan->sms - 1) / plan->sms * ((t + s - 1) / s);
+    }
+    return sum;
   };
-  int64_t best = plan->splits;
-  for (int64_t s = best + 1; s <= most && s * step <= p.kv_len; ++s) {
-    if (cost(s) < cost(best)) best = s;
+  int64_t best = plan->splits, best_cost = cost(best);
+  for (int64_t s = best + 1; s <= most && s <= top; ++s) {
+    const int64_t c = cost(s);
+    if (c < best_cost) best = s, best_cost = c;
   }
   set_splits(p, plan, best);
-}
-
-// Whole tiles a split of the tensor-core kernel (whole key steps of the one-row kernel), where that keeps
-// the split count; the last split takes the rest (the kernels read its end as the entry's). Else a bound
-// a little past a round length costs every split one more, nearly empty tile: per-slot GQA B=1 with a
-// bound of S + 64 = 4160 keys planned 16 splits of 260 keys, 3 tiles of 128 each (11.0 us against 9.6
-// for S = 4096 keys, H200; 9.72 against cuDNN's 9.83 with whole tiles); MHA B=1 at 4160, one-row kernel:
-// 15 splits of 256 keys and one of 320, 22.70 against 23.50 us (run 17). Not for a forced split count
-// (the caller checks).
-void whole_splits(const DecodeAttentionParams& p, Plan* plan, int64_t tile) {
-  if (plan->keys_per_split <= tile) return;
-  const int64_t whole = plan->keys_per_split / tile * tile;
-  if (p.kv_len / whole == plan->splits) plan->keys_per_split = whole;
 }
 
 // Blocks of the tensor-core kernel instance resident per SM (0: it cannot run here, e.g. 196 KiB of
@@ -603,7 +605,7 @@ int cluster_limit(Kernel kernel, int threads, size_t smem, int* cached) {
 // within one GPC, are long or many: B=8 S=16k (2 splits) 135.8 against 128.3 us, B=1 S=4k (16)
 // 14.3 against 13.6, B=8 S=1k forced to 8 splits 30.5 against 23.2.
 constexpr int64_t kClusterMaxKeys = 4096;  // keys of all the splits of one cluster
-void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, int64_t tile) {
+void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit) {
   const bool forced = forced_splits() > 0;
   // A few splits more than a cluster holds (a bound a little past a round length, as a per-slot
   // cache's capacity is): `limit` slightly longer splits as one cluster instead. GQA B=1 with 1088
@@ -612,7 +614,6 @@ void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, int64_t
       p.kv_len <= kClusterMaxKeys && p.batch * p.kv_heads * plan->row_groups * limit <= plan->sms) {
     set_splits(p, plan, limit);
   }
-  if (!forced) whole_splits(p, plan, tile);
   const int64_t blocks = p.batch * p.kv_heads * plan->row_groups * plan->splits;
   plan->cluster = plan->splits > 1 && plan->splits <= limit && p.kv_len <= kClusterMaxKeys && blocks <= plan->sms;
 }
@@ -624,7 +625,7 @@ Status launch_kernel(Kernel kernel, dim3 grid, int threads, size_t smem, const P
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg =
       block_launch(grid, threads, smem, stream, plan.cluster ? static_cast<unsigned>(plan.splits) : 1, &attr);
-  PVT_CU_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, plan.keys_per_split, plan.splits, ws, plan.cluster));
+  PVT_CU_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, plan.splits, ws, plan.cluster));
   return Status::Ok();
 }
 
@@ -658,9 +659,7 @@ Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaSt
       const int resident = resident_blocks<T, V, C, Rw, L, false>();
       plan_splits(p, plan, resident);
       if (forced_splits() == 0) {
-        constexpr int64_t kStep = static_cast<int64_t>(kWarps) * (32 / L) * kTile;  // keys a block steps over
-        balance_splits(p, plan, resident, kStep);
-        whole_splits(p, plan, kStep);
+        balance_splits(p, plan, resident, block_step(L));
       }
       return Status::Ok();
     }
@@ -686,7 +685,7 @@ Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaSt
         }
         if (!launch) {
           static int limit = 0;
-          plan_cluster(p, plan, cluster_limit(kernel, W * 32, smem, &limit), 16 * W);
+          plan_cluster(p, plan, cluster_limit(kernel, W * 32, smem, &limit));
           return Status::Ok();
         }
         const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan->splits), 1);
@@ -719,7 +718,7 @@ Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaSt
       }
       const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan->splits),
                       static_cast<unsigned>(plan->row_groups));
-      decode_attention_rows_kernel<T, L><<<grid, kThreads, 0, stream>>>(p, plan->keys_per_split, plan->splits, ws);
+      decode_attention_rows_kernel<T, L><<<grid, kThreads, 0, stream>>>(p, plan->splits, ws);
       PVT_CU_CHECK(cudaGetLastError());
       return Status::Ok();
     };
@@ -810,9 +809,10 @@ Status check_cuda_params(const DecodeAttentionParams& p) {
                                           " is larger than the supported " + std::to_string(kCudaMaxHeadDim));
   }
   const int64_t rows = p.q_heads / p.kv_heads * p.q_len;  // row groups: at most this many
-  if (p.batch * p.kv_heads > INT32_MAX || rows > 65535 || p.batch * p.q_heads * p.q_len > INT32_MAX) {
-    return Status(Code::kUnsupported, "decode_attention_cuda: batch * kv_heads, the query rows per kv head or "
-                                      "batch * q_heads * q_len exceed the grid limits");
+  if (p.batch * p.kv_heads > INT32_MAX || rows > 65535 || p.batch * p.q_heads * p.q_len > INT32_MAX ||
+      p.kv_len > INT32_MAX) {
+    return Status(Code::kUnsupported, "decode_attention_cuda: batch * kv_heads, the query rows per kv head, "
+                                      "batch * q_heads * q_len or kv_len exceed the grid limits");
   }
   return Status::Ok();
 }

@@ -94,8 +94,8 @@ __device__ __forceinline__ int swz(int n, int c) {
 // bound by its instruction latency, pays for (Nsight Compute on the H200, docs/H200_DECODE_PARITY.md).
 template <typename T, int D, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32)
-    decode_attention_mma_kernel(const DecodeAttentionParams p, const int64_t keys_per_split, const int64_t splits,
-                                Workspace ws, const bool cluster) {
+    decode_attention_mma_kernel(const DecodeAttentionParams p, const int64_t splits, Workspace ws,
+                                const bool cluster) {
   constexpr int CH = D / 8;   // 16-byte chunks per key
   constexpr int KS = D / 16;  // k16 steps of Q K^T
   constexpr int NT = D / 8;   // n8 tiles of O
@@ -117,11 +117,8 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   const Entry e = entry_of(p, b);
   if (e.refused && p.error_flag != nullptr && split == 0 && threadIdx.x == 0) *p.error_flag = 1;
-  // The last split also takes the keys past splits x keys_per_split: the plan rounds keys_per_split
-  // down to whole tiles where that keeps the split count (whole_splits, decode_attention_cuda.cu).
-  const int64_t s_lo = split * keys_per_split;
-  const int64_t s_end = split + 1 == splits ? e.n : s_lo + keys_per_split;
-  const int64_t s_hi = s_end < e.n ? s_end : e.n;
+  int64_t s_lo, s_hi;  // whole tiles of this entry's keys (a split's last tile is partial only at the end)
+  split_range<kMmaKeys, uint32_t>(e.n, split, splits, &s_lo, &s_hi);
 
   const T* kb = static_cast<const T*>(p.k) + e.kv_row * p.k_stride[1] + hk * p.k_stride[2];
   const T* vb = static_cast<const T*>(p.v) + e.kv_row * p.v_stride[1] + hk * p.v_stride[2];

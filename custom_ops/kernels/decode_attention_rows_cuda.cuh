@@ -41,8 +41,7 @@ __device__ __forceinline__ void cp_async_wait() {
 // split of the keys (blockIdx.y). LANES lanes hold one key (LANES x 16 bytes = head_dim).
 template <typename T, int LANES>
 __global__ void __launch_bounds__(kThreads)
-    decode_attention_rows_kernel(const DecodeAttentionParams p, const int64_t keys_per_split, const int64_t splits,
-                                 Workspace ws) {
+    decode_attention_rows_kernel(const DecodeAttentionParams p, const int64_t splits, Workspace ws) {
   constexpr int VEC = static_cast<int>(16 / sizeof(T));
   constexpr int CH = LANES;                                    // 16-byte chunks per key
   constexpr int KT = kRowsTileBytes / (CH * 16);               // keys per tile
@@ -62,8 +61,8 @@ __global__ void __launch_bounds__(kThreads)
   if (e.refused && p.error_flag != nullptr && split == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
     *p.error_flag = 1;
   }
-  const int64_t s_lo = split * keys_per_split;
-  const int64_t s_hi = s_lo + keys_per_split < e.n ? s_lo + keys_per_split : e.n;
+  int64_t s_lo, s_hi;
+  split_range<KT, uint32_t>(e.n, split, splits, &s_lo, &s_hi);
 
   const int64_t h = hk * G + row / Tq, t = row % Tq;
   const bool live = row < R && t < e.q_count;

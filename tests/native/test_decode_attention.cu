@@ -379,13 +379,17 @@ void test_varlen(Report& r, std::mt19937& rng, cudaStream_t stream) {
       // Refusals: entry 1 reads past its slot's mapped tokens, entry 2 past the host's bound.
       {"refused.mapped_and_bound.fp16", 3, 1024, 4, 2, 128, f16, {}, {500, 900, 1023}, {1, 1, 2}, 2, 1024,
        {1024, 512, 1024}, true},
-      // Bounds a little past whole tiles / steps: the last split takes the keys past splits x keys_per_split
-      // (on the H200, tensor-core kernel: 8 splits of 128 + 204; one-row kernel, 32 heads: 16 splits of
-      // 256 + 511).
+      // Bounds a little past whole tiles / steps: an entry's last, partial step goes with its last split
+      // (split_range; on the H200, one-row kernel, 32 heads: 16 splits, 8 of 9 steps and 8 of 8 + 31 keys).
       {"decode.bound_past_whole_tiles.gqa.fp16", 2, 1100, 8, 2, 128, f16, {}, {1099, 1050}, {1, 1}, 1, 1100, {}, true},
       {"decode.bound_past_whole_steps.mha.fp16", 1, 4351, 32, 32, 128, f16, {}, {4350}, {1}, 1, 4351, {}, true},
-      // Few blocks: the one-row kernel takes splits shorter than kMinKeysPerSplit (balance_splits; 6 of 56).
+      // Few blocks: the one-row kernel takes splits shorter than kMinKeysPerSplit (balance_splits; 11 of one step).
       {"decode.balanced_splits.mha.bf16", 2, 333, 4, 4, 128, bf16, {}, {332, 300}, {1, 1}, 1, 333, {}, true},
+      // A bound far above the lengths (a cache planned for its capacity, as a captured graph is): every
+      // entry spreads its own keys over the bound's splits; one entry has fewer steps than splits.
+      {"decode.capacity_bound.mha.fp16", 3, 8192, 32, 32, 128, f16, {}, {1000, 4, 3001}, {1, 1, 1}, 1, 8192, {}, true},
+      {"decode.capacity_bound.gqa.bf16", 2, 4000, 32, 8, 128, bf16, {}, {1023, 77}, {1, 1}, 1, 4000, {}, true},
+      {"packed.capacity_bound.gqa.fp16", 2, 4096, 8, 2, 64, f16, {}, {500, 130}, {3, 2}, 3, 4096, {}, true},
   };
   for (VarlenCase& c : cs) {
     c.name = g_mode + "varlen." + c.name;
@@ -475,6 +479,8 @@ void test_errors(Report& r) {
   p.kv_len = 1 << 20;  // long enough to split: a missing workspace must be refused
   p.kv_heads = 1;      // ... into more splits than one cluster holds (which needs no workspace)
   r.code(decode_attention_cuda(p, nullptr), Code::kInvalidArgument, "errors.missing_workspace");
+  p.kv_len = int64_t(1) << 31;  // split_range counts an entry's steps in 32 bits
+  r.code(decode_attention_cuda(p, nullptr), Code::kUnsupported, "errors.kv_len_past_int32");
   p.kv_len = 10;
   p.kv_heads = 4;
   p.mask = &dummy;
