@@ -112,21 +112,54 @@ __device__ __forceinline__ Entry entry_of(const DecodeAttentionParams& p, int64_
   return e;
 }
 
-// Keys [*lo, *hi) of split `split` of `splits` over an entry of n keys: the entry's steps of STEP keys
-// (the kernel's unit of work: a tile, or a block's pass over its key groups) spread evenly, the first
+// A split count and what dividing by it takes: a multiply-high and a shift (as CUTLASS's FastDivmod), set
+// on the host, exact for dividends below 2^31. split_range divides on the path from an entry's length to
+// its first K/V load, where a 32-bit division is about twenty dependent instructions.
+struct SplitCount {
+  int64_t n = 1;
+  uint32_t mul = 0, shift = 0;  // unused when n == 1
+  SplitCount() = default;
+  explicit SplitCount(int64_t count) : n(count) {
+    if (count > 1) {
+      uint32_t l = 0;  // ceil(log2(count))
+      while ((int64_t(1) << l) < count) ++l;
+      mul = static_cast<uint32_t>(((uint64_t(1) << (31 + l)) + static_cast<uint64_t>(count) - 1) /
+                                  static_cast<uint64_t>(count));
+      shift = l - 1;
+    }
+  }
+  __host__ __device__ __forceinline__ uint32_t divide(uint32_t x) const {  // x / n, x < 2^31
+#ifdef __CUDA_ARCH__
+    const uint32_t hi = __umulhi(x, mul);
+#else
+    const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(x) * mul) >> 32);
+#endif
+    return n == 1 ? x : hi >> shift;
+  }
+};
+
+// Keys [*lo, *hi) of split `split` over an entry of n keys: the entry's steps of STEP keys (the kernel's
+// unit of work: a tile, or a block's pass over its key groups) spread evenly over the splits, the first
 // steps % splits splits one step longer, the entry's last, partial step in the last non-empty split.
 // From the entry's own length on the device, not the host's bound: a cache planned for its capacity
 // (a CUDA graph captured once) spreads a shorter entry over all its splits instead of leaving most of
-// them empty. I: the arithmetic's type. The tensor-core and row-per-warp kernels take 32 bits (the host checks kv_len
-// against INT32_MAX): a 64-bit division is a subroutine call, and a short block's cost is its
-// instruction count. The one-row kernel takes 64: with 32 its instances compiled to 92 registers
-// instead of 112, so 5 blocks an SM instead of 4, and MHA B=32 (1024 blocks: 1.55 waves of 660 instead
-// of 1.94 of 528) took 1.04-1.07x cuDNN against 1.00-1.02 (H200, run 23).
+// them empty. I: the arithmetic's type. The tensor-core and row-per-warp kernels take 32 bits and
+// SplitCount's division (the host checks kv_len against INT32_MAX). The one-row kernel takes 64: with 32
+// its instances compiled to 92 registers instead of 112, so 5 blocks an SM instead of 4, and MHA B=32
+// (1024 blocks: 1.55 waves of 660 instead of 1.94 of 528) took 1.04-1.07x cuDNN against 1.00-1.02
+// (H200, run 23).
 template <int STEP, typename I>
-__device__ __forceinline__ void split_range(int64_t n, int64_t split, int64_t splits, int64_t* lo, int64_t* hi) {
+__device__ __forceinline__ void split_range(int64_t n, int64_t split, const SplitCount& splits, int64_t* lo,
+                                            int64_t* hi) {
   static_assert(STEP > 0 && (STEP & (STEP - 1)) == 0, "a power of two: the division is a shift");
-  const I steps = (static_cast<I>(n) + STEP - 1) / STEP, ns = static_cast<I>(splits), sp = static_cast<I>(split);
-  const I each = steps / ns, extra = steps % ns;
+  const I steps = (static_cast<I>(n) + STEP - 1) / STEP, sp = static_cast<I>(split);
+  I each;
+  if constexpr (std::is_same_v<I, uint32_t>) {
+    each = splits.divide(steps);
+  } else {
+    each = steps / static_cast<I>(splits.n);
+  }
+  const I extra = steps - each * static_cast<I>(splits.n);
   const I first = sp * each + (sp < extra ? sp : extra);
   const I last = first + each + (sp < extra ? I(1) : I(0));
   *lo = static_cast<int64_t>(first) * STEP < n ? static_cast<int64_t>(first) * STEP : n;

@@ -80,7 +80,7 @@ struct Plan {
 
 template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
 __global__ void __launch_bounds__(kThreads)
-    decode_attention_kernel(const DecodeAttentionParams p, const int64_t splits, Workspace ws,
+    decode_attention_kernel(const DecodeAttentionParams p, const SplitCount splits, Workspace ws,
                             const bool /*cluster: never, see plan_cluster*/) {
   constexpr int E = VEC * CPL;  // elements of one row a lane holds
   constexpr int kKeysPerWarp = 32 / LANES;
@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(kThreads)
         a += sm_acc[w][r][d] * c;
       }
     }
-    if (splits == 1) {
+    if (splits.n == 1) {
       write_row<T>(p, e, b, t, h, d, mx, sum, a);
     } else {
       const int64_t g = (b * p.q_heads + h) * Tq + t;  // row in [B, Hq, Tq]
@@ -625,7 +625,7 @@ Status launch_kernel(Kernel kernel, dim3 grid, int threads, size_t smem, const P
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg =
       block_launch(grid, threads, smem, stream, plan.cluster ? static_cast<unsigned>(plan.splits) : 1, &attr);
-  PVT_CU_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, plan.splits, ws, plan.cluster));
+  PVT_CU_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, SplitCount(plan.splits), ws, plan.cluster));
   return Status::Ok();
 }
 
@@ -718,7 +718,7 @@ Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaSt
       }
       const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan->splits),
                       static_cast<unsigned>(plan->row_groups));
-      decode_attention_rows_kernel<T, L><<<grid, kThreads, 0, stream>>>(p, plan->splits, ws);
+      decode_attention_rows_kernel<T, L><<<grid, kThreads, 0, stream>>>(p, SplitCount(plan->splits), ws);
       PVT_CU_CHECK(cudaGetLastError());
       return Status::Ok();
     };

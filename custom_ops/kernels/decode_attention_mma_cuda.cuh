@@ -94,7 +94,7 @@ __device__ __forceinline__ int swz(int n, int c) {
 // bound by its instruction latency, pays for (Nsight Compute on the H200, docs/H200_DECODE_PARITY.md).
 template <typename T, int D, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32)
-    decode_attention_mma_kernel(const DecodeAttentionParams p, const int64_t splits, Workspace ws,
+    decode_attention_mma_kernel(const DecodeAttentionParams p, const SplitCount splits, Workspace ws,
                                 const bool cluster) {
   constexpr int CH = D / 8;   // 16-byte chunks per key
   constexpr int KS = D / 16;  // k16 steps of Q K^T
@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
   }
   __syncthreads();
-  finish_block<T, D, NTHR>(p, e, b, hk, rows, split, splits, ws, cluster, BlockRows{st_m, st_l, sm_o, D});
+  finish_block<T, D, NTHR>(p, e, b, hk, rows, split, splits.n, ws, cluster, BlockRows{st_m, st_l, sm_o, D});
 }
 
 }  // namespace decode_cuda

@@ -41,7 +41,7 @@ __device__ __forceinline__ void cp_async_wait() {
 // split of the keys (blockIdx.y). LANES lanes hold one key (LANES x 16 bytes = head_dim).
 template <typename T, int LANES>
 __global__ void __launch_bounds__(kThreads)
-    decode_attention_rows_kernel(const DecodeAttentionParams p, const int64_t splits, Workspace ws) {
+    decode_attention_rows_kernel(const DecodeAttentionParams p, const SplitCount splits, Workspace ws) {
   constexpr int VEC = static_cast<int>(16 / sizeof(T));
   constexpr int CH = LANES;                                    // 16-byte chunks per key
   constexpr int KT = kRowsTileBytes / (CH * 16);               // keys per tile
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kThreads)
     m = m_new;
   }
   if (kg != 0 || !live) return;
-  if (splits == 1) {
+  if (splits.n == 1) {
 #pragma unroll
     for (int d = 0; d < VEC; ++d) write_row<T>(p, e, b, t, h, lk * VEC + d, m, l, acc[d]);
   } else {

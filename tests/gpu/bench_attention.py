@@ -15,7 +15,7 @@ Times: `iters` back-to-back calls captured in a CUDA graph and replayed (GPU tim
 or launch cost), the best of 5 interleaved repetitions (each in its own seeded order); `_eager_us` is
 the same calls launched one by one from Python (includes each framework's per-call CPU cost).
 Bandwidth counts the K+V bytes read once. Also checks each output against SDPA (max abs error).
-Usage: python3 tests/gpu/bench_attention.py OUT.json [--quick] [--kv-heads 32|8]
+Usage: python3 tests/gpu/bench_attention.py OUT.json [--quick] [--kv-heads 32|8] [--dtypes bf16,fp16]
 """
 import json
 import os
@@ -138,6 +138,9 @@ def main():
     print(json.dumps({"device": torch.cuda.get_device_name(), "d2d_copy_gbs": round(copy_gbs)}), flush=True)
     D, H = 128, 32
     dts = (torch.float16,) if quick else (torch.float16, torch.bfloat16)
+    if "--dtypes" in sys.argv:  # e.g. bf16,fp16: this order (the process's history before a row can move it)
+        names = {"fp16": torch.float16, "bf16": torch.bfloat16}
+        dts = tuple(names[n] for n in sys.argv[sys.argv.index("--dtypes") + 1].split(","))
     kv_heads = (int(sys.argv[sys.argv.index("--kv-heads") + 1]),) if "--kv-heads" in sys.argv else (32, 8)
     for dt in dts:
         for kvh in kv_heads:

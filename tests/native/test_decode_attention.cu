@@ -3,7 +3,8 @@
 //   Correctness: batch {1, 8} x heads {MHA 4/4, GQA 8/2, MQA 8/1} x S {1, 100, 4096} x
 //   {fp16, bf16, fp32}, head_dim 128; plus Tq > 1 (causal and masked), bool/float masks, other
 //   head dims (the 16-byte path with idle lanes, two chunks per lane, the scalar fallback), strided
-//   K/V, a K/V read straight from a SeqMajorCache (VM-mapped memory), and the error statuses.
+//   K/V, a K/V read straight from a SeqMajorCache (VM-mapped memory), the error statuses, and the
+//   split count's multiply-and-shift division (SplitCount).
 //   Bandwidth: context {1k, 4k, 16k, 64k} x batch {1, 8}, 32 heads x 128 head_dim fp16, K/V in
 //   SeqMajorCaches; bytes of K+V read / kernel time, next to a device-to-device copy's bandwidth.
 // Usage: test_decode_attention [--no-bench | --bench-only]. Prints PASS/FAIL lines, "info bench ..."
@@ -26,6 +27,7 @@
 #include "harness.h"
 #include "kernels/append_tokens.h"
 #include "kernels/decode_attention.h"
+#include "kernels/decode_attention_common_cuda.cuh"
 
 using namespace pvt;
 using pvt_test::Report;
@@ -489,6 +491,30 @@ void test_errors(Report& r) {
   r.code(decode_attention_cuda(p, nullptr), Code::kInvalidArgument, "errors.mask_with_varlen");
 }
 
+// SplitCount's multiply-and-shift division (what split_range divides by) against '/', on the host (the
+// same code as on the device, with the multiply-high in 64 bits): every split count the plan can make,
+// dividends at and around each multiple up to 2^12, powers of two, and random ones below 2^31.
+void test_split_count(Report& r, std::mt19937& rng) {
+  int64_t wrong = 0, checked = 0;
+  std::string first;
+  std::uniform_int_distribution<uint32_t> U(0, 0x7fffffffu);
+  for (uint32_t d = 1; d <= 128; ++d) {
+    const decode_cuda::SplitCount sc(d);
+    std::vector<uint32_t> xs = {0x7fffffffu, 0x7ffffffeu, 0x7fffffffu / d * d, 0x7fffffffu / d * d - 1};
+    for (uint32_t x = 0; x < 4096; ++x) xs.push_back(x);
+    for (int b = 0; b < 31; ++b) xs.push_back(1u << b), xs.push_back((1u << b) - 1);
+    for (int i = 0; i < 2000; ++i) xs.push_back(U(rng));
+    for (uint32_t x : xs) {
+      ++checked;
+      if (sc.divide(x) != x / d) {
+        if (wrong++ == 0) first = std::to_string(x) + " / " + std::to_string(d) + " gave " + std::to_string(sc.divide(x));
+      }
+    }
+  }
+  r.check(wrong == 0, "split_count.divide_exact", std::to_string(wrong) + " of " + std::to_string(checked) + " wrong" +
+                                                      (wrong ? ", first: " + first : ""));
+}
+
 // Bandwidth: bytes of K+V read per call / time per call, K/V in SeqMajorCaches.
 void bench(Report& r, cudaStream_t stream) {
   const int64_t H = 32, D = 128;
@@ -595,6 +621,7 @@ int main(int argc, char** argv) {
     g_mode.clear();
     test_in_cache(r, rng, stream);
     test_errors(r);
+    test_split_count(r, rng);
   }
   if (run_bench) bench(r, stream);
   cudaStreamDestroy(stream);
