@@ -24,7 +24,8 @@
 // the device's SM count and the kernel's occupancy), so a launch never reads the device and can be
 // captured in a CUDA graph; per-entry lengths (cache_seqlens) are read by the kernel, which spreads
 // each entry's own keys over the splits (split_range), so a bound far above the lengths (a cache
-// planned for its capacity) still keeps every split busy. Measured against PyTorch's SDPA: docs/H200_DECODE_PARITY.md.
+// planned for its capacity) still keeps every split busy. Measured against PyTorch's SDPA:
+// docs/H200_DECODE_PARITY.md.
 #ifdef __CUDACC__
 #ifdef PADDLE_VTENSOR_WITH_CUDA
 
