@@ -610,7 +610,8 @@ void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit) {
   const bool forced = forced_splits() > 0;
   // A few splits more than a cluster holds (a bound a little past a round length, as a per-slot
   // cache's capacity is): `limit` slightly longer splits as one cluster instead. GQA B=1 with 1088
-  // keys: 8 splits in a cluster 7.17 us against 9 through the workspace 7.92 (H200).
+  // keys, when choose_splits still rounded up to 9 splits: 8 in a cluster 7.17 us against 9 through
+  // the workspace 7.92 (H200). Rounding down, 1088 keys plan 8 directly; 1152-1280 keys still plan 9-10.
   if (limit > 1 && !forced && plan->splits > limit && plan->splits <= limit + limit / 4 &&
       p.kv_len <= kClusterMaxKeys && p.batch * p.kv_heads * plan->row_groups * limit <= plan->sms) {
     set_splits(p, plan, limit);
