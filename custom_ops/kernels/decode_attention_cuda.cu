@@ -495,20 +495,24 @@ void plan_splits(const DecodeAttentionParams& p, Plan* plan, int resident) {
   set_splits(p, plan, choose_splits(base, p.kv_len, plan->sms * resident));
 }
 
-// The one-row kernel's split count (it already splits; up to one wave of resident blocks): its time
-// follows the blocks on the busiest SM times the steps of a block (split_range spreads an entry's steps
-// evenly over the splits). On the H200 (MHA B=1, run 20) seq-major S = 1024 ran 8 splits of 4 steps (2
-// blocks an SM) in 8.32-8.46 us, 16 of 2 (4 blocks an SM) 8.59-8.72: a tie goes to fewer; 1088 keys, 12
-// splits of 3 steps (3 blocks an SM) 8.86-9.05 us against 8 of 5 steps (2 an SM) 9.39-9.48.
+// The one-row kernel's split count (it already splits; every count tried fits one wave of resident
+// blocks): the fewest steps a block (split_range spreads an entry's steps evenly over the splits), a tie
+// to fewer splits (fewer partials to merge). A block's step is a round trip to HBM: its loads are issued
+// together, then used. Blocks resident on one SM overlap those round trips, so in one wave the time
+// follows the steps of a block, not the blocks an SM. On the H200 (MHA B=1 S=1k, run 31), each call
+// reading a cache not in L2 (as in a decode step, the layer's weights in between): 16 splits of 2 steps
+// 10.89-10.94 us against 8 of 4 steps 11.22-11.39 (cuDNN 10.77), per-slot 11.11-11.20 against 11.43-11.56.
+// With the same K/V read back to back (L2-resident), 8 splits were the faster (run 20: 8.32-8.46 against
+// 8.59-8.72 us); this plans for HBM.
 // With lengths from the device (cache_seqlens), kv_len only bounds them, and a count that fits the bound
-// may not fit a little less: at the bound 1088, 12 splits cost 3 x 3 and 8 splits 2 x 5, but at 1024
-// keys 12 splits still cost 3 x 3 and 8 splits 2 x 4. There the cost is the mean over the whole-step
-// lengths from half the bound to the bound (8 splits, then); for a known length, that length's.
+// may not fit a little less: at the bound 1088 (34 steps), 12 and 16 splits both take 3 steps, but at 1024
+// keys 12 splits still take 3 and 16 take 2. There the cost is the mean over the whole-step lengths from
+// half the bound to the bound (16 splits, then); for a known length, that length's.
 // Not for a forced split count (the caller checks).
 void balance_splits(const DecodeAttentionParams& p, Plan* plan, int resident, int64_t step) {
   if (plan->splits < 2) return;  // no merge yet: one more kernel costs more than this saves
   const int64_t base = p.batch * p.kv_heads * plan->row_groups;
-  const int64_t most = std::min<int64_t>(kMaxSplits, plan->sms * resident / base);
+  const int64_t most = std::min<int64_t>(kMaxSplits, plan->sms * resident / base);  // one wave
   const int64_t top = (p.kv_len + step - 1) / step;  // steps of a bound-long entry
   if (plan->splits >= std::min(most, top)) return;  // no other count to try (all long contexts)
   // Lengths costed: their steps from `low` to `top`, at most 65 of them (the host plans every call).
@@ -516,10 +520,7 @@ void balance_splits(const DecodeAttentionParams& p, Plan* plan, int resident, in
   const int64_t stride = std::max<int64_t>(1, (top - low) / 64);
   auto cost = [&](int64_t s) {
     int64_t sum = 0;
-    for (int64_t t = top; t >= low; t -= stride) {
-      const int64_t busy = std::min(s, t);  // splits with keys
-      sum += (base * busy + plan->sms - 1) / plan->sms * ((t + s - 1) / s);
-    }
+    for (int64_t t = top; t >= low; t -= stride) sum += (t + s - 1) / s;  // steps of the longest block
     return sum;
   };
   int64_t best = plan->splits, best_cost = cost(best);

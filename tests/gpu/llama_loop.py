@@ -12,9 +12,10 @@ Per decode step, one new token per sequence:
               position into the same VM cache; the cache's base never moves, chunks are mapped on the
               host between replays.
 Each: `steps` decode steps from `ctx` tokens, median ms/step of the timed steps (after 2 warm-up
-steps), the best of 3 rounds (1 with --quick) that run every mode in turn; peak memory = PyTorch's peak
-allocated above the weights + our mapped bytes (the highest of the rounds).
-Usage: python3 tests/gpu/llama_loop.py OUT.json [--kv-heads 32|8] [--quick]
+steps), the best of 3 rounds (1 with --quick, N with --rounds N) that run every mode in turn (each round's
+median step and median host launch time are kept too); peak memory = PyTorch's peak allocated above the
+weights + our mapped bytes (the highest of the rounds). --only B,ctx runs that one row.
+Usage: python3 tests/gpu/llama_loop.py OUT.json [--kv-heads 32|8] [--quick] [--rounds N] [--only B,ctx]
 """
 import json
 import sys
@@ -71,7 +72,8 @@ def static_len(B, kvh, ctx, steps):
 
 
 def run(ext, W, kvh, B, ctx, mode, steps):
-    """Returns (median ms per step, peak GiB above the weights, the last step's output)."""
+    """Returns (median ms per step, peak GiB above the weights, the last step's output, median ms the
+    host took to launch a step)."""
     cap = ctx + steps + 8
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
@@ -170,23 +172,25 @@ def run(ext, W, kvh, B, ctx, mode, steps):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             y_graph = step()
-    times = []
+    times, host = [], []
     y = None
     for _ in range(steps):
         e0, e1 = torch.cuda.Event(True), torch.cuda.Event(True)
         e0.record()
+        t0 = time.perf_counter()
         if graph is not None:
             graph.replay()
             y = y_graph
         else:
             y = step()
+        host.append((time.perf_counter() - t0) * 1e3)  # the host's launches (the GPU may still run)
         e1.record()
         torch.cuda.synchronize()
         times.append(e0.elapsed_time(e1))
         pos[0] += 1
-    times = sorted(times[2:])
+    times, host = sorted(times[2:]), sorted(host[2:])
     peak = (torch.cuda.max_memory_allocated() - base + ext.mapped_bytes_total() - mapped0) / 2**30
-    return times[len(times) // 2], peak, y.float().clone()
+    return times[len(times) // 2], peak, y.float().clone(), host[len(host) // 2]
 
 
 def main():
@@ -199,14 +203,19 @@ def main():
     rows = []
     steps = 8 if quick else 12
     rounds = 1 if quick else 3
+    if "--rounds" in sys.argv:  # more rounds where the host's launch rate is noisy (eager steps)
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1])
     with torch.no_grad():
+        only = tuple(int(x) for x in sys.argv[sys.argv.index("--only") + 1].split(",")) if "--only" in sys.argv else None
         for B in ((8,) if quick else (1, 8, 32)):
             for ctx in ((4096,) if quick else (1024, 4096, 16384)):
                 if B * ctx * L * 2 * kvh * D * 2 > 40 * 2**30:
                     continue  # the cat path holds two copies while it grows: stay inside the GPU
+                if only is not None and (B, ctx) != only:
+                    continue
                 r = {"kv_heads": kvh, "B": B, "ctx": ctx, "steps": steps, "rounds": rounds,
                      "static_len": static_len(B, kvh, ctx, steps)}
-                ys, best = {}, {}
+                ys, best, per_round = {}, {}, {}
                 # Rounds of all modes in turn, each mode's best median kept: the eager steps are bound by
                 # the host's launches, and a slow stretch of the VM's CPU (run 18: GQA B=8 4k ours 14.2 ms
                 # in one pass, 10.7 in run 5) should not land on one mode only.
@@ -218,14 +227,15 @@ def main():
                             key = f"{mode}_{name}" if name else mode
                             try:
                                 if be is None:
-                                    ms, peak, y = run(ext, W, kvh, B, ctx, mode, steps)
+                                    ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, mode, steps)
                                 else:
                                     with sdpa_kernel(be):
-                                        ms, peak, y = run(ext, W, kvh, B, ctx, mode, steps)
+                                        ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, mode, steps)
                             except Exception as ex:
                                 r[f"{key}_error"] = str(ex).split("\n")[0][:100]
                                 continue
                             ys[mode] = y
+                            per_round.setdefault(key, []).append([round(ms, 3), round(host_ms, 3)])
                             old = best.get(key)
                             best[key] = (min(ms, old[0]) if old else ms, max(peak, old[1]) if old else peak)
                 for mode in ("cat", "static"):
@@ -243,6 +253,7 @@ def main():
                 r["hidden_absmax"] = float(ys["static"].abs().max())
                 for mode in ("cat", "static", "ours", "ours_graph"):
                     r[f"{mode}_tok_s"] = round(B * 1e3 / r[f"{mode}_ms"], 1)
+                r["rounds_ms_host_ms"] = per_round  # each round's median step and median host launch time
                 r["ours_speedup_vs_cat"] = round(r["cat_ms"] / r["ours_ms"], 3)
                 r["ours_vs_static"] = round(r["ours_ms"] / r["static_ms"], 3)
                 r["graph_vs_static"] = round(r["ours_graph_ms"] / r["static_ms"], 3)
