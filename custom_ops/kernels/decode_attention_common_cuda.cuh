@@ -143,22 +143,20 @@ struct SplitCount {
 // steps % splits splits one step longer, the entry's last, partial step in the last non-empty split.
 // From the entry's own length on the device, not the host's bound: a cache planned for its capacity
 // (a CUDA graph captured once) spreads a shorter entry over all its splits instead of leaving most of
-// them empty. I: the arithmetic's type. The tensor-core and row-per-warp kernels take 32 bits and
-// SplitCount's division (the host checks kv_len against INT32_MAX). The one-row kernel takes 64: with 32
-// its instances compiled to 92 registers instead of 112, so 5 blocks an SM instead of 4, and MHA B=32
-// (1024 blocks: 1.55 waves of 660 instead of 1.94 of 528) took 1.04-1.07x cuDNN against 1.00-1.02
+// them empty. I: the arithmetic's type; the division is SplitCount's in both (the host checks kv_len
+// against INT32_MAX). The tensor-core and row-per-warp kernels take 32 bits. The one-row kernel takes 64:
+// with 32 its instances compiled to 92 registers instead of 112, so 5 blocks an SM instead of 4, and MHA
+// B=32 (1024 blocks: 1.55 waves of 660 instead of 1.94 of 528) took 1.04-1.07x cuDNN against 1.00-1.02
 // (H200, run 23).
 template <int STEP, typename I>
 __device__ __forceinline__ void split_range(int64_t n, int64_t split, const SplitCount& splits, int64_t* lo,
                                             int64_t* hi) {
   static_assert(STEP > 0 && (STEP & (STEP - 1)) == 0, "a power of two: the division is a shift");
   const I steps = (static_cast<I>(n) + STEP - 1) / STEP, sp = static_cast<I>(split);
-  I each;
-  if constexpr (std::is_same_v<I, uint32_t>) {
-    each = splits.divide(steps);
-  } else {
-    each = steps / static_cast<I>(splits.n);
-  }
+  // By SplitCount's multiply-high in both types (steps <= kv_len <= INT32_MAX): a 64-bit division is a
+  // subroutine of dozens of dependent instructions between the entry's length and its first load. Its
+  // registers are the prologue's; the main loop's set the count (ptxas -v: occupancy unchanged).
+  const I each = static_cast<I>(splits.divide(static_cast<uint32_t>(steps)));
   const I extra = steps - each * static_cast<I>(splits.n);
   const I first = sp * each + (sp < extra ? sp : extra);
   const I last = first + each + (sp < extra ? I(1) : I(0));
