@@ -503,7 +503,11 @@ void plan_splits(const DecodeAttentionParams& p, Plan* plan, int resident) {
 // reading a cache not in L2 (as in a decode step, the layer's weights in between): 16 splits of 2 steps
 // 10.89-10.94 us against 8 of 4 steps 11.22-11.39 (cuDNN 10.77), per-slot 11.11-11.20 against 11.43-11.56.
 // With the same K/V read back to back (L2-resident), 8 splits were the faster (run 20: 8.32-8.46 against
-// 8.59-8.72 us); this plans for HBM.
+// 8.59-8.72 us); this plans for HBM. It goes past the count choose_splits made only up to kMergeChunk
+// splits: merge_splits_kernel reads kMergeChunk splits per L2 round trip, and each chunk more cost about
+// 1 us, more than the steps it saved (run 35, MHA B=1 with 8 heads: S=2k, 64 splits 12.92 us against 16
+// splits' 10.26; S=4k, 64 splits 14.80 against 32 splits' 12.52; 16 heads at S=2k, 32 splits 12.09
+// against 16 splits' 11.52).
 // With lengths from the device (cache_seqlens), kv_len only bounds them, and a count that fits the bound
 // may not fit a little less: at the bound 1088 (34 steps), 12 and 16 splits both take 3 steps, but at 1024
 // keys 12 splits still take 3 and 16 take 2. There the cost is the mean over the whole-step lengths from
@@ -512,7 +516,9 @@ void plan_splits(const DecodeAttentionParams& p, Plan* plan, int resident) {
 void balance_splits(const DecodeAttentionParams& p, Plan* plan, int resident, int64_t step) {
   if (plan->splits < 2) return;  // no merge yet: one more kernel costs more than this saves
   const int64_t base = p.batch * p.kv_heads * plan->row_groups;
-  const int64_t most = std::min<int64_t>(kMaxSplits, plan->sms * resident / base);  // one wave
+  // One wave, and no more merge chunks than choose_splits' count already needs (see above).
+  const int64_t most = std::min<int64_t>(
+      {kMaxSplits, plan->sms * resident / base, std::max<int64_t>(plan->splits, kMergeChunk)});
   const int64_t top = (p.kv_len + step - 1) / step;  // steps of a bound-long entry
   if (plan->splits >= std::min(most, top)) return;  // no other count to try (all long contexts)
   // Lengths costed: their steps from `low` to `top`, at most 65 of them (the host plans every call).
