@@ -79,6 +79,20 @@ def knob_call(name, fn):
     return call
 
 
+def seq_major(x):
+    """[B, Hkv, S, D] as our seq-major cache [S, B, Hkv, D] (the VTensor layout), a copy."""
+    return x.permute(2, 0, 1, 3).contiguous()
+
+
+def per_slot(x, smax):
+    """[B, Hkv, S, D] as a per-slot cache [B, smax, Hkv, D] holding S tokens, seen as the logical
+    [smax, B, Hkv, D] the kernel takes (cache_seqlens say how many tokens each slot holds)."""
+    B, kvh, S, D = x.shape
+    slot = torch.zeros(B, smax, kvh, D, device=x.device, dtype=x.dtype)
+    slot[:, :S].copy_(x.transpose(1, 2))
+    return slot.transpose(0, 1)
+
+
 def copy_rate():
     a = torch.empty(2**30, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
@@ -148,15 +162,9 @@ def cold(ext, out_path, dts, kv_heads):
                     qo = q.transpose(1, 2)
                     k = [torch.randn(B, kvh, S, D, device="cuda", dtype=dt) for _ in range(n)]
                     v = [torch.randn_like(k[0]) for _ in range(n)]
-                    ks = [x.permute(2, 0, 1, 3).contiguous() for x in k]  # seq-major [S, B, Hkv, D]
-                    vs = [x.permute(2, 0, 1, 3).contiguous() for x in v]
+                    ks, vs = [seq_major(x) for x in k], [seq_major(x) for x in v]
                     smax = S + 64
-                    kl, vl = [], []
-                    for a, lst in ((k, kl), (v, vl)):
-                        for x in a:
-                            slot = torch.zeros(B, smax, kvh, D, device="cuda", dtype=dt)
-                            slot[:, :S].copy_(x.transpose(1, 2))
-                            lst.append(slot.transpose(0, 1))  # logical [Smax, B, Hkv, D]
+                    kl, vl = [per_slot(x, smax) for x in k], [per_slot(x, smax) for x in v]
                     lens = torch.full((B,), S - 1, dtype=torch.int32, device="cuda")
                     out = {x: torch.empty(B, 1, H, D, device="cuda", dtype=dt) for x in ("ours_seq", "ours_slot")}
                     ws = torch.empty(max(ext.workspace_bytes(qo, ks[0], vs[0], out["ours_seq"], S),
@@ -263,8 +271,7 @@ def main():
                     # Our layouts, built from the same K/V.
                     qo = q.transpose(1, 2)  # [B, 1, H, D] view, no copy
                     out = torch.empty(B, 1, H, D, device=dev, dtype=dt)
-                    ks = k.permute(2, 0, 1, 3).contiguous()  # seq-major [S, B, Hkv, D]
-                    vs = v.permute(2, 0, 1, 3).contiguous()
+                    ks, vs = seq_major(k), seq_major(v)
                     ws = torch.empty(ext.workspace_bytes(qo, ks, vs, out, S), dtype=torch.uint8, device=dev)
                     fns["ours_seq"] = lambda: ext.attention(qo, ks, vs, out, S, ws)
                     layouts = [("ours_seq", ks, vs, None)]
@@ -283,12 +290,8 @@ def main():
                         outk = torch.empty_like(out)
                         fns[kname] = knob_call(knob, lambda outk=outk, wsk=wsk: ext.attention(qo, ks, vs, outk, S, wsk))
                     smax = S + 64
-                    kslot = torch.empty(B, smax, kvh, D, device=dev, dtype=dt)
-                    vslot = torch.empty_like(kslot)
-                    kslot[:, :S].copy_(k.transpose(1, 2))
-                    vslot[:, :S].copy_(v.transpose(1, 2))
+                    kl, vl = per_slot(k, smax), per_slot(v, smax)
                     lens = torch.full((B,), S - 1, dtype=torch.int32, device=dev)
-                    kl, vl = kslot.transpose(0, 1), vslot.transpose(0, 1)  # logical [Smax, B, Hkv, D]
                     ws2 = torch.empty(ext.workspace_bytes(qo, kl, vl, out, smax, lens), dtype=torch.uint8, device=dev)
                     out2 = torch.empty_like(out)
                     fns["ours_slot"] = lambda: ext.attention(qo, kl, vl, out2, smax, ws2, lens)
@@ -330,7 +333,7 @@ def main():
                     r["ours_seq_pct_copy"] = round(100 * r["ours_seq_gbs"] / copy_gbs, 1)
                     rows.append(r)
                     print(json.dumps(r), flush=True)
-                    del q, k, v, ks, vs, kslot, vslot, ws, ws2, fns, wsk, outk
+                    del q, k, v, ks, vs, kl, vl, ws, ws2, fns, wsk, outk
                     torch.cuda.empty_cache()
     with open(out_path, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
