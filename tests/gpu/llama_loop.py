@@ -205,8 +205,8 @@ def main():
     rounds = 1 if quick else 3
     if "--rounds" in sys.argv:  # more rounds where the host's launch rate is noisy (eager steps)
         rounds = int(sys.argv[sys.argv.index("--rounds") + 1])
+    only = tuple(int(x) for x in sys.argv[sys.argv.index("--only") + 1].split(",")) if "--only" in sys.argv else None
     with torch.no_grad():
-        only = tuple(int(x) for x in sys.argv[sys.argv.index("--only") + 1].split(",")) if "--only" in sys.argv else None
         for B in ((8,) if quick else (1, 8, 32)):
             for ctx in ((4096,) if quick else (1024, 4096, 16384)):
                 if B * ctx * L * 2 * kvh * D * 2 > 40 * 2**30:
