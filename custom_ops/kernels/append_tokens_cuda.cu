@@ -13,6 +13,7 @@
 
 #include "../core/cuda_check.h"
 #include "append_tokens.h"
+#include "programmatic_launch_cuda.cuh"
 
 namespace pvt {
 namespace {
@@ -30,6 +31,8 @@ struct UnitParams {
 
 template <typename U, typename I>
 __global__ void append_kernel(U* __restrict__ dst, const U* __restrict__ src, UnitParams<I> q) {
+  // The attention that reads these tokens next may be placed now (it waits for this grid's writes).
+  cuda_launch::allow_next_grid();
   const I step = static_cast<I>(gridDim.x) * blockDim.x;
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < q.n; i += step) {
     I r = i / q.du;

@@ -11,6 +11,7 @@
 
 #include "../core/cuda_check.h"
 #include "append_varlen.h"
+#include "programmatic_launch_cuda.cuh"
 
 namespace pvt {
 namespace {
@@ -33,6 +34,8 @@ struct VarlenArgs {
 
 template <typename U>
 __global__ void append_varlen_kernel(VarlenArgs a) {
+  // The attention that reads these tokens next may be placed now (it waits for this grid's writes).
+  cuda_launch::allow_next_grid();
   const int64_t row = blockIdx.x;
   // Last sequence b with cu_seqlens[b] <= row.
   int64_t lo = 0, hi = a.num_seqs;  // answer in [lo, hi)

@@ -13,6 +13,7 @@
 
 #include "decode_attention.h"
 #include "float_convert_cuda.cuh"
+#include "programmatic_launch_cuda.cuh"
 
 namespace pvt {
 namespace decode_cuda {
@@ -21,6 +22,8 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
 using cuda_float::from_float;
+using cuda_launch::allow_next_grid;
+using cuda_launch::wait_for_previous_grid;
 using cuda_float::to_float;
 
 // Additive mask value: bool false -> -inf.

@@ -97,6 +97,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row0 = static_cast<int64_t>(blockIdx.z) * ROWS;
   const int nrows = static_cast<int>(R - row0 < ROWS ? R - row0 : ROWS);
 
+  wait_for_previous_grid();
   const Entry e = entry_of(p, b);
   if (e.refused && p.error_flag != nullptr && split == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
     *p.error_flag = 1;
@@ -222,11 +223,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // K/V are read: let the merge kernel (launched with programmatic stream serialization) start its
-  // launch now; it waits for this grid's results in griddepcontrol.wait.
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  // K/V are read: the merge kernel (or the next call) may be placed now; it waits for this grid's results.
+  allow_next_grid();
   // Merge the key groups of each warp (lanes with the same lk), then the warps.
 #pragma unroll
   for (int off = LANES; off < 32; off *= 2) {
@@ -313,9 +311,10 @@ __global__ void merge_splits_kernel(const DecodeAttentionParams p, const int64_t
   const int tq = static_cast<int>(p.q_len), hq = static_cast<int>(p.q_heads);  // grid limits checked
   const int row = static_cast<int>(blockIdx.x), t = row % tq, h = (row / tq) % hq, b = row / (tq * hq);
   const int64_t rows_total = p.batch * p.q_heads * p.q_len;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // the main kernel's partials are complete
-#endif
+  wait_for_previous_grid();  // the main kernel's partials are complete
+  // The next kernel (the next layer's attention, launched the same way) may be placed while this one
+  // merges: its blocks wait for this grid before they read or write anything.
+  allow_next_grid();
   const Entry e = entry_of(p, b);
   if (t >= e.q_count) return;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
@@ -546,6 +545,34 @@ int mma_resident() {
   return n;
 }
 
+// Dynamic shared memory for a launch of `kernel` that leaves room for ONE of its blocks on an SM: more
+// than half of an SM's shared memory (opting in to it once per instance), or `smem` itself where that is
+// already so (the 8-warp kernel's 196 KiB), where the device cannot give that much to one block, or where
+// a query fails. Why: a plan of one block per SM (the tensor-core kernel's, below, with no more blocks than
+// SMs) takes the block scheduler's usual spread of an empty GPU, one block an SM, for granted. A launch
+// placed programmatically, while the previous kernel's blocks still run (launch_planned), found SMs in
+// another state: on the H200 the 4-warp kernel's 100 KiB blocks doubled up on some SMs and left others
+// idle, GQA B=8 S=16k 167 us against 127 launched in stream order (run 36, docs/H200_DECODE_PARITY.md).
+template <typename Kernel>
+size_t sm_exclusive_smem(Kernel kernel, size_t smem) {
+  int dev = 0, per_sm = 0, per_block = 0, reserved = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return smem;
+  }
+  // Two blocks would need 2 * (want + reserved) = per_sm + 32 bytes: more than the SM has.
+  const size_t want = static_cast<size_t>(per_sm / 2 - reserved + 16);
+  if (want <= smem || want > static_cast<size_t>(per_block)) return smem;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(want)) != cudaSuccess) {
+    cudaGetLastError();
+    return smem;
+  }
+  return want;
+}
+
 // Warps per block of the tensor-core kernel, once the splits are known: 8 where every block of the
 // grid has an SM to itself (the 8-warp kernel's shared memory allows one block an SM) and a split is
 // short, else 4 (two blocks an SM); 4 where the 8-warp kernel cannot be resident. On the H200 (GQA
@@ -563,21 +590,35 @@ int choose_mma_warps(const DecodeAttentionParams& p, const Plan& plan) {
   return eight ? 8 : 4;
 }
 
+// Whether the attention kernels are launched programmatically (wait_for_previous_grid in
+// decode_attention_common_cuda.cuh). PVT_DECODE_NO_PDL=1 is a benchmark and test knob (read per call):
+// plain stream order instead, to compare both in one process.
+bool programmatic_launch() { return std::getenv("PVT_DECODE_NO_PDL") == nullptr; }
+
 // A launch of `threads`-thread blocks on `grid`; with cluster_y > 1 the blocks form clusters of
-// (1, cluster_y, 1) (*attr holds that attribute, so it must outlive the launch).
+// (1, cluster_y, 1), with `programmatic` the launch may overlap the end of the kernel ahead of it on the
+// stream (attr holds the attributes, so it must outlive the launch).
 cudaLaunchConfig_t block_launch(dim3 grid, int threads, size_t smem, cudaStream_t stream, unsigned cluster_y,
-                                cudaLaunchAttribute* attr) {
+                                bool programmatic, cudaLaunchAttribute (&attr)[2]) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(static_cast<unsigned>(threads));
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = 1;
-  attr->val.clusterDim.y = cluster_y;
-  attr->val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = cluster_y > 1 ? 1 : 0;
+  cfg.numAttrs = 0;
+  if (cluster_y > 1) {
+    cudaLaunchAttribute& a = attr[cfg.numAttrs++];
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = 1;
+    a.val.clusterDim.y = cluster_y;
+    a.val.clusterDim.z = 1;
+  }
+  if (programmatic) {
+    cudaLaunchAttribute& a = attr[cfg.numAttrs++];
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
+  }
   return cfg;
 }
 
@@ -592,9 +633,9 @@ int cluster_limit(Kernel kernel, int threads, size_t smem, int* cached) {
   if (*cached != 0) return *cached;
   int limit = 1, dev = 0, can = 0, active = 0;
   cudaFuncAttributes fa;
-  cudaLaunchAttribute attr;
+  cudaLaunchAttribute attr[2];
   const cudaLaunchConfig_t cfg =
-      block_launch(dim3(1, kMaxClusterSplits, 1), threads, smem, nullptr, kMaxClusterSplits, &attr);
+      block_launch(dim3(1, kMaxClusterSplits, 1), threads, smem, nullptr, kMaxClusterSplits, false, attr);
   if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&can, cudaDevAttrClusterLaunch, dev) == cudaSuccess &&
       can != 0 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.ptxVersion >= 90 && fa.binaryVersion >= 90 &&
       cudaOccupancyMaxActiveClusters(&active, kernel, &cfg) == cudaSuccess && active > 0) {
@@ -627,23 +668,30 @@ void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit) {
   plan->cluster = plan->splits > 1 && plan->splits <= limit && p.kv_len <= kClusterMaxKeys && blocks <= plan->sms;
 }
 
-// Queues `kernel` on the plan's grid; with plan.cluster the splits of a row group form one cluster.
-template <typename Kernel>
-Status launch_kernel(Kernel kernel, dim3 grid, int threads, size_t smem, const Plan& plan, cudaStream_t stream,
-                     const DecodeAttentionParams& p, Workspace ws) {
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg =
-      block_launch(grid, threads, smem, stream, plan.cluster ? static_cast<unsigned>(plan.splits) : 1, &attr);
-  PVT_CU_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, SplitCount(plan.splits), ws, plan.cluster));
+// Queues `kernel(args...)` on `grid` (see block_launch).
+template <typename... Params, typename... Args>
+Status launch_kernel(void (*kernel)(Params...), dim3 grid, int threads, size_t smem, unsigned cluster_y,
+                     bool programmatic, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attr[2];
+  const cudaLaunchConfig_t cfg = block_launch(grid, threads, smem, stream, cluster_y, programmatic, attr);
+  PVT_CU_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
   return Status::Ok();
+}
+
+// A main kernel on the plan's grid: with plan.cluster the splits of a row group form one cluster.
+template <typename Kernel>
+Status launch_planned(Kernel kernel, dim3 grid, int threads, size_t smem, const Plan& plan, cudaStream_t stream,
+                      const DecodeAttentionParams& p, Workspace ws) {
+  return launch_kernel(kernel, grid, threads, smem, plan.cluster ? static_cast<unsigned>(plan.splits) : 1,
+                       programmatic_launch(), stream, p, SplitCount(plan.splits), ws, plan.cluster);
 }
 
 template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
 Status launch_main(const DecodeAttentionParams& p, const Plan& plan, Workspace ws, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan.splits),
                   static_cast<unsigned>(plan.row_groups));
-  return launch_kernel(decode_attention_kernel<T, VEC, CPL, ROWS, LANES, MASKED>, grid, kThreads, 0, plan, stream, p,
-                       ws);
+  return launch_planned(decode_attention_kernel<T, VEC, CPL, ROWS, LANES, MASKED>, grid, kThreads, 0, plan, stream, p,
+                        ws);
 }
 
 // The one place that maps a plan to a kernel instance. With launch == false it only completes the
@@ -698,7 +746,11 @@ Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaSt
           return Status::Ok();
         }
         const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan->splits), 1);
-        return launch_kernel(kernel, grid, W * 32, smem, *plan, stream, p, ws);
+        // No more blocks than SMs: one an SM, kept so by their shared memory (sm_exclusive_smem). More
+        // (B=32: 256 blocks) run two an SM, as the 4-warp kernel's occupancy allows.
+        static const size_t alone = sm_exclusive_smem(kernel, smem);
+        const bool one_an_sm = p.batch * p.kv_heads * plan->splits <= plan->sms;
+        return launch_planned(kernel, grid, W * 32, one_an_sm ? alone : smem, *plan, stream, p, ws);
       };
       using I64 = std::integral_constant<int, 64>;
       using I128 = std::integral_constant<int, 128>;
@@ -727,9 +779,8 @@ Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaSt
       }
       const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(plan->splits),
                       static_cast<unsigned>(plan->row_groups));
-      decode_attention_rows_kernel<T, L><<<grid, kThreads, 0, stream>>>(p, SplitCount(plan->splits), ws);
-      PVT_CU_CHECK(cudaGetLastError());
-      return Status::Ok();
+      return launch_kernel(decode_attention_rows_kernel<T, L>, grid, kThreads, 0, 1, programmatic_launch(), stream, p,
+                           SplitCount(plan->splits), ws);
     };
     switch (plan->lanes) {
       case 8: return rows(I8{});
@@ -789,18 +840,11 @@ Status launch_typed(const DecodeAttentionParams& p, Plan plan, cudaStream_t stre
   }
   PVT_RETURN_IF_ERROR(dispatch<T>(p, &plan, ws, stream, true));
   if (merge_kernel) {
-    // Programmatic dependent launch (Hopper): the merge's launch overlaps the main kernel's tail
-    // instead of following its end; older GPUs ignore the attribute and serialise as usual.
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(plan.rows_total));
-    cfg.blockDim = dim3(static_cast<unsigned>(std::min<int64_t>(256, (p.head_dim + 31) / 32 * 32)));
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    PVT_CU_CHECK(cudaLaunchKernelEx(&cfg, merge_splits_kernel<T>, p, plan.splits, ws));
+    // Programmatic dependent launch (Hopper), always: the merge's launch overlaps the main kernel's
+    // tail instead of following its end; older GPUs ignore the attribute and serialise as usual.
+    const int threads = static_cast<int>(std::min<int64_t>(256, (p.head_dim + 31) / 32 * 32));
+    PVT_RETURN_IF_ERROR(launch_kernel(merge_splits_kernel<T>, dim3(static_cast<unsigned>(plan.rows_total)), threads, 0,
+                                      1, true, stream, p, plan.splits, ws));
   }
   return Status::Ok();
 }

@@ -115,6 +115,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int64_t b = bi, hk = static_cast<int>(blockIdx.x) - bi * kvh;
   const int64_t split = blockIdx.y;
 
+  wait_for_previous_grid();
   const Entry e = entry_of(p, b);
   if (e.refused && p.error_flag != nullptr && split == 0 && threadIdx.x == 0) *p.error_flag = 1;
   int64_t s_lo, s_hi;  // whole tiles of this entry's keys (a split's last tile is partial only at the end)
@@ -301,9 +302,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   cp_async_wait<0>();
   __syncthreads();  // the tiles' space is free for the merge below
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");  // see decode_attention_kernel
-#endif
+  allow_next_grid();  // see decode_attention_kernel
   // Each row's l over its 4 lanes, then the warps' states through shared memory (the tiles' space).
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {

@@ -57,6 +57,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t split = blockIdx.y;
   const int64_t row = static_cast<int64_t>(blockIdx.z) * kWarps + warp;
 
+  wait_for_previous_grid();
   const Entry e = entry_of(p, b);
   if (e.refused && p.error_flag != nullptr && split == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
     *p.error_flag = 1;
@@ -147,9 +148,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // every warp is done with this stage before a later load refills it
   }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");  // see decode_attention_kernel
-#endif
+  allow_next_grid();  // see decode_attention_kernel
   // Merge the warp's key groups (lanes with the same lk).
 #pragma unroll
   for (int off = LANES; off < 32; off *= 2) {

@@ -11,6 +11,8 @@ For each dtype (fp16, bf16), heads (MHA 32/32, GQA 32/8), B in {1, 8, 32}, S in 
                    kernel instead of within a thread-block cluster
   ours_slot        our kernel over a per-slot cache [B, Smax, Hkv, D] with per-sequence lengths on the
                    device (cache_seqlens = S - 1 each, plus the query's own token; Smax = S + 64)
+  ours_*_nopdl     the same with PVT_DECODE_NO_PDL=1: each call's kernels in plain stream order, not
+                   launched programmatically behind the previous call's (what the overlap buys)
 Times: `iters` back-to-back calls captured in a CUDA graph and replayed (GPU time per call, no Python
 or launch cost), the best of 5 interleaved repetitions (each in its own seeded order); `_eager_us` is
 the same calls launched one by one from Python (includes each framework's per-call CPU cost).
@@ -166,7 +168,8 @@ def cold(ext, out_path, dts, kv_heads):
                     smax = S + 64
                     kl, vl = [per_slot(x, smax) for x in k], [per_slot(x, smax) for x in v]
                     lens = torch.full((B,), S - 1, dtype=torch.int32, device="cuda")
-                    out = {x: torch.empty(B, 1, H, D, device="cuda", dtype=dt) for x in ("ours_seq", "ours_slot")}
+                    out = {x: torch.empty(B, 1, H, D, device="cuda", dtype=dt)
+                           for x in ("ours_seq", "ours_slot", "ours_seq_nopdl", "ours_slot_nopdl")}
                     ws = torch.empty(max(ext.workspace_bytes(qo, ks[0], vs[0], out["ours_seq"], S),
                                          ext.workspace_bytes(qo, kl[0], vl[0], out["ours_slot"], smax, lens)),
                                      dtype=torch.uint8, device="cuda")
@@ -186,6 +189,12 @@ def cold(ext, out_path, dts, kv_heads):
                            "ours_seq": lambda: ext.attention(qo, ks[nxt()], vs[turn[0]], out["ours_seq"], S, ws),
                            "ours_slot": lambda: ext.attention(qo, kl[nxt()], vl[turn[0]], out["ours_slot"], smax, ws,
                                                              lens)}
+                    # Both layouts again with plain stream order (PVT_DECODE_NO_PDL): what the programmatic
+                    # launch of each call behind the previous one's kernels buys, in the same process.
+                    fns["ours_seq_nopdl"] = knob_call("PVT_DECODE_NO_PDL", lambda: ext.attention(
+                        qo, ks[nxt()], vs[turn[0]], out["ours_seq_nopdl"], S, ws))
+                    fns["ours_slot_nopdl"] = knob_call("PVT_DECODE_NO_PDL", lambda: ext.attention(
+                        qo, kl[nxt()], vl[turn[0]], out["ours_slot_nopdl"], smax, ws, lens))
                     ref = F.scaled_dot_product_attention(q.float(), k[0].float(), v[0].float(),
                                                          enable_gqa=kvh != H).transpose(1, 2)
                     graphs = {}
@@ -210,8 +219,9 @@ def cold(ext, out_path, dts, kv_heads):
                         r[name + "_gbs"] = round(kv_bytes / best[name] / 1e3)
                     sd_best = min((best[x], x) for x in graphs if x.startswith("sdpa_"))
                     r["sdpa_best"] = sd_best[1]
-                    r["seq_vs_best"] = round(best["ours_seq"] / sd_best[0], 3)
-                    r["slot_vs_best"] = round(best["ours_slot"] / sd_best[0], 3)
+                    for name in ("seq", "slot", "seq_nopdl", "slot_nopdl"):
+                        if "ours_" + name in best:
+                            r[name + "_vs_best"] = round(best["ours_" + name] / sd_best[0], 3)
                     rows.append(r)
                     print(json.dumps(r), flush=True)
                     del graphs, q, k, v, ks, vs, kl, vl, fns
@@ -280,7 +290,8 @@ def main():
                     if ref is not None:
                         r["err_ours_seq"] = float((out.float() - ref.transpose(1, 2).float()).abs().max())
                     # Knob contenders on the same seq-major cache: the knob is read when each call plans.
-                    knobs = [("ours_seq_ws", "PVT_DECODE_NO_CLUSTER")]  # splits merged by the merge kernel
+                    knobs = [("ours_seq_ws", "PVT_DECODE_NO_CLUSTER"),  # splits merged by the merge kernel
+                             ("ours_seq_nopdl", "PVT_DECODE_NO_PDL")]  # plain stream order, no programmatic launch
                     if kvh != H:
                         knobs.append(("ours_seq_rows", "PVT_DECODE_NO_MMA"))  # the row-per-warp kernel
                     for kname, knob in knobs:
@@ -295,6 +306,9 @@ def main():
                     ws2 = torch.empty(ext.workspace_bytes(qo, kl, vl, out, smax, lens), dtype=torch.uint8, device=dev)
                     out2 = torch.empty_like(out)
                     fns["ours_slot"] = lambda: ext.attention(qo, kl, vl, out2, smax, ws2, lens)
+                    out3 = torch.empty_like(out)
+                    fns["ours_slot_nopdl"] = knob_call("PVT_DECODE_NO_PDL",
+                                                       lambda: ext.attention(qo, kl, vl, out3, smax, ws2, lens))
                     fns["ours_slot"]()
                     torch.cuda.synchronize()
                     if ref is not None:
@@ -330,10 +344,12 @@ def main():
                     if "ours_seq_rows" in best:
                         r["rows_kernel_vs_best"] = round(best["ours_seq_rows"] / sd_best[0], 3)
                     r["seq_ws_vs_best"] = round(best["ours_seq_ws"] / sd_best[0], 3)
+                    r["seq_nopdl_vs_best"] = round(best["ours_seq_nopdl"] / sd_best[0], 3)
+                    r["slot_nopdl_vs_best"] = round(best["ours_slot_nopdl"] / sd_best[0], 3)
                     r["ours_seq_pct_copy"] = round(100 * r["ours_seq_gbs"] / copy_gbs, 1)
                     rows.append(r)
                     print(json.dumps(r), flush=True)
-                    del q, k, v, ks, vs, kl, vl, ws, ws2, fns, wsk, outk
+                    del q, k, v, ks, vs, kl, vl, ws, ws2, fns, wsk, outk, out3
                     torch.cuda.empty_cache()
     with open(out_path, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,

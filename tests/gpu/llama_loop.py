@@ -11,6 +11,8 @@ Per decode step, one new token per sequence:
               the device (cache_seqlens, advanced inside the graph), the token written at a device
               position into the same VM cache; the cache's base never moves, chunks are mapped on the
               host between replays.
+  (c) graph, no PDL  the same graph captured with PVT_DECODE_NO_PDL=1: the attention's kernels in plain
+              stream order instead of launched programmatically behind the kernel ahead (what that buys)
 Each: `steps` decode steps from `ctx` tokens, median ms/step of the timed steps (after 2 warm-up
 steps), the best of 3 rounds (1 with --quick, N with --rounds N) that run every mode in turn (each round's
 median step and median host launch time are kept too); peak memory = PyTorch's peak allocated above the
@@ -18,6 +20,7 @@ weights + our mapped bytes (the highest of the rounds). --only B,ctx runs that o
 Usage: python3 tests/gpu/llama_loop.py OUT.json [--kv-heads 32|8] [--quick] [--rounds N] [--only B,ctx]
 """
 import json
+import os
 import sys
 import time
 
@@ -220,13 +223,19 @@ def main():
                 # the host's launches, and a slow stretch of the VM's CPU (run 18: GQA B=8 4k ours 14.2 ms
                 # in one pass, 10.7 in run 5) should not land on one mode only.
                 for _ in range(rounds):
-                    for mode in ("cat", "static", "ours", "ours_graph"):
+                    for mode in ("cat", "static", "ours", "ours_graph", "ours_graph_nopdl"):
                         backends = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)) \
                             if mode in ("cat", "static") else ((None, None),)
                         for name, be in backends:
                             key = f"{mode}_{name}" if name else mode
                             try:
-                                if be is None:
+                                if mode == "ours_graph_nopdl":  # the knob is read as the graph is captured
+                                    os.environ["PVT_DECODE_NO_PDL"] = "1"
+                                    try:
+                                        ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, "ours_graph", steps)
+                                    finally:
+                                        del os.environ["PVT_DECODE_NO_PDL"]
+                                elif be is None:
                                     ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, mode, steps)
                                 else:
                                     with sdpa_kernel(be):
@@ -245,10 +254,10 @@ def main():
                         r[f"{mode}_{n}_ms"] = round(ms, 3)
                     ms, peak, n = min(cands)
                     r[f"{mode}_ms"], r[f"{mode}_peak_gib"], r[f"{mode}_sdpa"] = round(ms, 3), round(peak, 3), n
-                for mode in ("ours", "ours_graph"):
+                for mode in ("ours", "ours_graph", "ours_graph_nopdl"):
                     r[f"{mode}_ms"], r[f"{mode}_peak_gib"] = round(best[mode][0], 3), round(best[mode][1], 3)
                 # Same prompt, weights and tokens: the last step's hidden state must agree.
-                for mode in ("cat", "ours", "ours_graph"):
+                for mode in ("cat", "ours", "ours_graph", "ours_graph_nopdl"):
                     r[f"maxdiff_{mode}_vs_static"] = float((ys[mode] - ys["static"]).abs().max())
                 r["hidden_absmax"] = float(ys["static"].abs().max())
                 for mode in ("cat", "static", "ours", "ours_graph"):
@@ -257,6 +266,7 @@ def main():
                 r["ours_speedup_vs_cat"] = round(r["cat_ms"] / r["ours_ms"], 3)
                 r["ours_vs_static"] = round(r["ours_ms"] / r["static_ms"], 3)
                 r["graph_vs_static"] = round(r["ours_graph_ms"] / r["static_ms"], 3)
+                r["graph_nopdl_vs_static"] = round(r["ours_graph_nopdl_ms"] / r["static_ms"], 3)
                 rows.append(r)
                 print(json.dumps(r), flush=True)
     with open(out_path, "w") as f:

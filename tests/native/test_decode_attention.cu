@@ -4,7 +4,9 @@
 //   {fp16, bf16, fp32}, head_dim 128; plus Tq > 1 (causal and masked), bool/float masks, other
 //   head dims (the 16-byte path with idle lanes, two chunks per lane, the scalar fallback), strided
 //   K/V, a K/V read straight from a SeqMajorCache (VM-mapped memory), the error statuses, and the
-//   split count's multiply-and-shift division (SplitCount).
+//   split count's multiply-and-shift division (SplitCount). Each case runs in several passes (the plan,
+//   forced split counts and block sizes, and with its inputs written late by the kernel ahead: the
+//   programmatic launch's wait).
 //   Bandwidth: context {1k, 4k, 16k, 64k} x batch {1, 8}, 32 heads x 128 head_dim fp16, K/V in
 //   SeqMajorCaches; bytes of K+V read / kernel time, next to a device-to-device copy's bandwidth.
 // Usage: test_decode_attention [--no-bench | --bench-only]. Prints PASS/FAIL lines, "info bench ..."
@@ -28,6 +30,7 @@
 #include "kernels/append_tokens.h"
 #include "kernels/decode_attention.h"
 #include "kernels/decode_attention_common_cuda.cuh"
+#include "kernels/programmatic_launch_cuda.cuh"
 
 using namespace pvt;
 using pvt_test::Report;
@@ -72,6 +75,68 @@ struct DevBuf {
   ~DevBuf() { if (ptr) cudaFree(ptr); }
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
+};
+
+// Inputs written late: with g_late_inputs, Inputs::upload stages each input in device memory, zeroes the
+// attention's own buffers, and queues late_copy_kernel on the stream, which lets the next kernel be placed
+// at once (allow_next_grid) and writes the inputs only after kLateDelayNs. The attention, queued right
+// behind it with a programmatic launch, must wait for it (wait_for_previous_grid in each of its kernels);
+// one that read q, K/V, a mask or a length before would see zeros and fail the comparison.
+bool g_late_inputs = false;
+constexpr long long kLateDelayNs = 200000;
+constexpr int kMaxLateCopies = 8;
+
+struct LateCopies {
+  const unsigned char* src[kMaxLateCopies];
+  unsigned char* dst[kMaxLateCopies];
+  size_t bytes[kMaxLateCopies];
+  int n;
+};
+
+__global__ void late_copy_kernel(LateCopies c, long long delay_ns) {
+  cuda_launch::allow_next_grid();
+  long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < delay_ns);
+  const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (int j = 0; j < c.n; ++j)
+    for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < c.bytes[j]; i += step) c.dst[j][i] = c.src[j][i];
+}
+
+class Inputs {
+ public:
+  void add(void* dev, const void* host, size_t bytes) { items_.push_back({dev, host, bytes}); }
+  // cudaMemcpy each input, or (g_late_inputs) the late copy above on `stream`. False on a CUDA error.
+  bool upload(cudaStream_t stream) {
+    if (!g_late_inputs) {
+      for (const Item& it : items_)
+        if (it.bytes && cudaMemcpy(it.dev, it.host, it.bytes, cudaMemcpyHostToDevice) != cudaSuccess) return false;
+      return true;
+    }
+    if (items_.size() > kMaxLateCopies) return false;
+    LateCopies c{};
+    for (const Item& it : items_) {
+      staging_.push_back(std::make_unique<DevBuf>(it.bytes));
+      if (!staging_.back()->ptr || cudaMemcpy(staging_.back()->ptr, it.host, it.bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+          cudaMemset(it.dev, 0, it.bytes) != cudaSuccess) {
+        return false;
+      }
+      c.src[c.n] = static_cast<const unsigned char*>(staging_.back()->ptr);
+      c.dst[c.n] = static_cast<unsigned char*>(it.dev);
+      c.bytes[c.n++] = it.bytes;
+    }
+    if (cudaDeviceSynchronize() != cudaSuccess) return false;  // the zeros land before the late copy
+    late_copy_kernel<<<64, 256, 0, stream>>>(c, kLateDelayNs);
+    return cudaGetLastError() == cudaSuccess;
+  }
+
+ private:
+  struct Item { void* dev; const void* host; size_t bytes; };
+  std::vector<Item> items_;
+  std::vector<std::unique_ptr<DevBuf>> staging_;
 };
 
 struct Case {
@@ -128,11 +193,13 @@ void run_case(Report& r, const Case& c, std::mt19937& rng, cudaStream_t stream) 
 
   DevBuf dq(q.size()), dk(k.size()), dv(v.size()), dout(ref.size()), dmask(mask.size());
   if (!r.check(dq.ptr && dk.ptr && dv.ptr && dout.ptr && dmask.ptr, c.name + ".alloc")) return;
-  cudaMemcpy(dq.ptr, q.data(), q.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(dk.ptr, k.data(), k.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(dv.ptr, v.data(), v.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(dmask.ptr, mask.data(), mask.size(), cudaMemcpyHostToDevice);
   cudaMemset(dout.ptr, 0xff, ref.size());  // NaN fill: an unwritten output cannot pass
+  Inputs in;
+  in.add(dq.ptr, q.data(), q.size());
+  in.add(dk.ptr, k.data(), k.size());
+  in.add(dv.ptr, v.data(), v.size());
+  in.add(dmask.ptr, mask.data(), mask.size());
+  if (!r.check(in.upload(stream), c.name + ".upload")) return;
   DecodeAttentionParams dp = p;
   dp.q = dq.ptr; dp.k = static_cast<char*>(dk.ptr) + off * eb; dp.v = static_cast<char*>(dv.ptr) + off * eb;
   dp.out = dout.ptr;
@@ -308,16 +375,18 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
   DevBuf dq(q.size()), dk(k.size()), dv(v.size()), dout(ref.size()), dlse(ref_lse.size() * 4);
   DevBuf dcu(cu.size() * 4), dslot(std::max<size_t>(1, c.slot_of.size()) * 4), dlen(c.seqlens.size() * 4);
   DevBuf dmapped(std::max<size_t>(1, c.mapped.size()) * 4), dflag(4);
-  cudaMemcpy(dq.ptr, q.data(), q.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(dk.ptr, k.data(), k.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(dv.ptr, v.data(), v.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(dcu.ptr, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice);
-  if (!c.slot_of.empty()) cudaMemcpy(dslot.ptr, c.slot_of.data(), c.slot_of.size() * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(dlen.ptr, c.seqlens.data(), c.seqlens.size() * 4, cudaMemcpyHostToDevice);
-  if (!c.mapped.empty()) cudaMemcpy(dmapped.ptr, c.mapped.data(), c.mapped.size() * 4, cudaMemcpyHostToDevice);
   cudaMemset(dout.ptr, 0xff, ref.size());  // NaN: an unwritten output cannot pass
   cudaMemset(dlse.ptr, 0xff, ref_lse.size() * 4);
   cudaMemset(dflag.ptr, 0, 4);
+  Inputs in;
+  in.add(dq.ptr, q.data(), q.size());
+  in.add(dk.ptr, k.data(), k.size());
+  in.add(dv.ptr, v.data(), v.size());
+  in.add(dcu.ptr, cu.data(), cu.size() * 4);
+  in.add(dslot.ptr, c.slot_of.data(), c.slot_of.size() * 4);
+  in.add(dlen.ptr, c.seqlens.data(), c.seqlens.size() * 4);
+  in.add(dmapped.ptr, c.mapped.data(), c.mapped.size() * 4);
+  if (!r.check(in.upload(stream), c.name + ".upload")) return;
 
   DecodeAttentionParams p;
   p.batch = B; p.q_len = c.q_len; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.kv_len;
@@ -602,13 +671,19 @@ int main(int argc, char** argv) {
     // tensor-core kernel: the plan's own choice (clusters on Hopper where the splits fit one), the
     // workspace and merge kernel only (PVT_DECODE_NO_CLUSTER), 3 forced splits (an odd cluster, also
     // for the short cases), and blocks of 4 and of 8 warps forced (PVT_DECODE_MMA_WARPS), the latter
-    // also through the workspace.
-    struct Mode { const char* prefix; const char* no_cluster; const char* splits; const char* warps; };
+    // also through the workspace; then the plan's own choice with its inputs written late by the kernel
+    // ahead (g_late_inputs: each kernel waits for that one before reading).
+    struct Mode {
+      const char* prefix; const char* no_cluster; const char* splits; const char* warps; bool late = false;
+    };
     const char* knobs[] = {"PVT_DECODE_NO_CLUSTER", "PVT_DECODE_SPLITS", "PVT_DECODE_MMA_WARPS"};
     for (const Mode& m : {Mode{"", nullptr, nullptr, nullptr}, Mode{"no_cluster.", "1", nullptr, nullptr},
                           Mode{"splits3.", nullptr, "3", nullptr}, Mode{"warps4.", nullptr, nullptr, "4"},
-                          Mode{"warps8.", nullptr, nullptr, "8"}, Mode{"warps8.no_cluster.", "1", nullptr, "8"}}) {
+                          Mode{"warps8.", nullptr, nullptr, "8"}, Mode{"warps8.no_cluster.", "1", nullptr, "8"},
+                          Mode{"late_inputs.", nullptr, nullptr, nullptr, true},
+                          Mode{"late_inputs.no_cluster.", "1", nullptr, nullptr, true}}) {
       g_mode = m.prefix;
+      g_late_inputs = m.late;
       const char* vals[] = {m.no_cluster, m.splits, m.warps};
       for (int i = 0; i < 3; ++i) {
         if (vals[i]) setenv(knobs[i], vals[i], 1); else unsetenv(knobs[i]);
@@ -619,6 +694,7 @@ int main(int argc, char** argv) {
     }
     for (const char* k : knobs) unsetenv(k);
     g_mode.clear();
+    g_late_inputs = false;
     test_in_cache(r, rng, stream);
     test_errors(r);
     test_split_count(r, rng);
