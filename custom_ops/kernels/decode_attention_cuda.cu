@@ -18,7 +18,9 @@
 // kv head as one thread-block cluster and merges them through distributed shared memory at the end
 // (decode_attention_finish_cuda.cuh): one kernel, no workspace. Otherwise a second small kernel
 // merges the partial results from the workspace (as FlashInfer's and flash-attention's split-KV
-// decode do), launched as a programmatic dependent launch.
+// decode do), launched as a programmatic dependent launch. The main kernels are launched that way too,
+// behind whatever kernel is ahead on the stream (programmatic_launch_cuda.cuh): their launch overlaps its
+// end, and each waits for it before touching memory.
 //
 // The number of splits depends only on host-known sizes (kv_len as an upper bound, batch, heads,
 // the device's SM count and the kernel's occupancy), so a launch never reads the device and can be
