@@ -583,11 +583,18 @@ size_t sm_exclusive_smem(Kernel kernel, size_t smem) {
 // (B=8 S=16k, 8192 keys: 128.8 against 125.2), and slower in two waves (B=32 S=1k: 39.3 against
 // 35.8). PVT_DECODE_MMA_WARPS=4|8 forces one (benchmark and test knob, read per call).
 constexpr int64_t kEightWarpsMaxKeys = 2048;  // keys of one split
+
+// Whether the tensor-core kernel's grid (one block per entry, kv head and split) has no more blocks than
+// SMs, so that each block can have an SM to itself.
+bool mma_one_block_an_sm(const DecodeAttentionParams& p, const Plan& plan) {
+  return p.batch * p.kv_heads * plan.splits <= plan.sms;
+}
+
 template <typename T>
 int choose_mma_warps(const DecodeAttentionParams& p, const Plan& plan) {
   const char* knob = std::getenv("PVT_DECODE_MMA_WARPS");
   bool eight = knob ? std::atoi(knob) == 8
-                    : p.batch * p.kv_heads * plan.splits <= plan.sms && plan.keys_per_split <= kEightWarpsMaxKeys;
+                    : mma_one_block_an_sm(p, plan) && plan.keys_per_split <= kEightWarpsMaxKeys;
   if (eight) eight = p.head_dim == 64 ? mma_resident<T, 64, 8>() > 0 : mma_resident<T, 128, 8>() > 0;
   return eight ? 8 : 4;
 }
@@ -751,8 +758,8 @@ Status dispatch(const DecodeAttentionParams& p, Plan* plan, Workspace ws, cudaSt
         // No more blocks than SMs: one an SM, kept so by their shared memory (sm_exclusive_smem). More
         // (B=32: 256 blocks) run two an SM, as the 4-warp kernel's occupancy allows.
         static const size_t alone = sm_exclusive_smem(kernel, smem);
-        const bool one_an_sm = p.batch * p.kv_heads * plan->splits <= plan->sms;
-        return launch_planned(kernel, grid, W * 32, one_an_sm ? alone : smem, *plan, stream, p, ws);
+        return launch_planned(kernel, grid, W * 32, mma_one_block_an_sm(p, *plan) ? alone : smem, *plan, stream, p,
+                              ws);
       };
       using I64 = std::integral_constant<int, 64>;
       using I128 = std::integral_constant<int, 128>;

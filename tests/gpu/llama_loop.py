@@ -20,7 +20,6 @@ weights + our mapped bytes (the highest of the rounds). --only B,ctx runs that o
 Usage: python3 tests/gpu/llama_loop.py OUT.json [--kv-heads 32|8] [--quick] [--rounds N] [--only B,ctx]
 """
 import json
-import os
 import sys
 import time
 
@@ -30,6 +29,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import build  # noqa: E402
+from bench_attention import knob_set  # noqa: E402
 
 L, HID, MLP, H, D = 32, 4096, 11008, 32, 128
 dev, dt = "cuda", torch.float16
@@ -230,11 +230,8 @@ def main():
                             key = f"{mode}_{name}" if name else mode
                             try:
                                 if mode == "ours_graph_nopdl":  # the knob is read as the graph is captured
-                                    os.environ["PVT_DECODE_NO_PDL"] = "1"
-                                    try:
+                                    with knob_set("PVT_DECODE_NO_PDL"):
                                         ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, "ours_graph", steps)
-                                    finally:
-                                        del os.environ["PVT_DECODE_NO_PDL"]
                                 elif be is None:
                                     ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, mode, steps)
                                 else:
