@@ -218,18 +218,13 @@ __device__ __forceinline__ void write_row(const DecodeAttentionParams& p, const 
   if (p.lse != nullptr && d == 0) p.lse[prow * p.q_heads + h] = seen ? mx + logf(sum) : -INFINITY;
 }
 
-// How element d of a row ends in a block that covered split `split` of `splits`: with one split the
-// finished row (write_row); otherwise the split's partial (m, l, acc) to the workspace, where
-// merge_splits_kernel reads every split (zeros from a split that saw nothing). D: the head dim (a
-// compile-time constant where the kernel has one: the index arithmetic is then a few instructions).
-template <typename T>
-__device__ __forceinline__ void store_split_row(const DecodeAttentionParams& p, const Entry& e, int64_t b, int64_t t,
-                                                int64_t h, int64_t d, int64_t D, int64_t split, int64_t splits,
-                                                const Workspace& ws, float m, float l, float a) {
-  if (splits == 1) {
-    write_row<T>(p, e, b, t, h, d, m, l, a);
-    return;
-  }
+// Element d of a split's partial (m, l, acc) for row (b, t, h), into the workspace, where
+// merge_splits_kernel reads every split (zeros from a split that saw nothing); m and l with d == 0.
+// D: the head dim (a compile-time constant where the kernel has one: the index arithmetic is then a few
+// instructions).
+__device__ __forceinline__ void store_partial(const DecodeAttentionParams& p, int64_t b, int64_t t, int64_t h,
+                                              int64_t d, int64_t D, int64_t split, const Workspace& ws, float m,
+                                              float l, float a) {
   const int64_t g = (b * p.q_heads + h) * p.q_len + t;  // row in [B, Hq, Tq]
   const int64_t rows_total = p.batch * p.q_heads * p.q_len;
   if (d == 0) {
@@ -237,6 +232,19 @@ __device__ __forceinline__ void store_split_row(const DecodeAttentionParams& p, 
     ws.ml[(split * rows_total + g) * 2 + 1] = l;
   }
   ws.acc[(split * rows_total + g) * D + d] = a;
+}
+
+// How element d of a row ends in a block that covered split `split` of `splits`: with one split the
+// finished row (write_row), otherwise the split's partial (store_partial).
+template <typename T>
+__device__ __forceinline__ void store_split_row(const DecodeAttentionParams& p, const Entry& e, int64_t b, int64_t t,
+                                                int64_t h, int64_t d, int64_t D, int64_t split, int64_t splits,
+                                                const Workspace& ws, float m, float l, float a) {
+  if (splits == 1) {
+    write_row<T>(p, e, b, t, h, d, m, l, a);
+  } else {
+    store_partial(p, b, t, h, d, D, split, ws, m, l, a);
+  }
 }
 
 }  // namespace decode_cuda

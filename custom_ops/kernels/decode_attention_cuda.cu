@@ -55,7 +55,8 @@ Status by_dtype(ScalarType t, Fn&& fn) {
     case ScalarType::kFloat16: return fn(__half{});
     case ScalarType::kBFloat16: return fn(__nv_bfloat16{});
     default:
-      return Status(Code::kInvalidArgument, std::string("decode_attention_cuda: unsupported dtype ") + scalar_type_name(t));
+      return Status(Code::kInvalidArgument,
+                    std::string("decode_attention_cuda: unsupported dtype ") + scalar_type_name(t));
   }
 }
 
@@ -398,7 +399,8 @@ Status decode_attention_cuda_run(const DecodeAttentionParams& p, const Plan& pla
                                               std::to_string(plan.workspace_bytes) + " bytes, got " +
                                               std::to_string(p.workspace_bytes));
   }
-  return by_dtype(p.dtype, [&](auto t) { return launch_typed<decltype(t)>(p, plan, static_cast<cudaStream_t>(stream)); });
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  return by_dtype(p.dtype, [&](auto t) { return launch_typed<decltype(t)>(p, plan, s); });
 }
 
 size_t decode_attention_cuda_workspace_bytes(const DecodeAttentionParams& p) {
