@@ -21,6 +21,7 @@ cmake --build build/native -j2 > /dev/null
 ./build/native/test_slot_cache
 ./build/native/test_speculative_accept
 ./build/native/test_attention_cpu
+./build/native/test_decode_plan
 if command -v nvcc > /dev/null; then
   echo "== nvcc compile check of every CUDA source (no GPU needed)"
   bash scripts/compile_cuda.sh

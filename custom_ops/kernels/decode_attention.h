@@ -16,6 +16,19 @@ enum class ScalarType { kFloat32 = 0, kFloat16, kBFloat16, kBool };
 
 const char* scalar_type_name(ScalarType t);
 
+// Benchmark and test knobs of the CUDA implementation: what its plan would choose, forced. The
+// defaults are what runs in use; the library reads no environment variable (the benchmarks and tests
+// set these). The host implementation ignores them.
+struct DecodeOptions {
+  int64_t splits = 0;         // > 0: this many splits of the keys (clamped to 1..128 and >= 16 keys each)
+  bool no_mma = false;        // never the tensor-core kernel: the row-per-warp or one-row kernel instead
+  bool mma_mha = false;       // the tensor-core kernel for every unmasked one-row (MHA) case it covers
+  int mma_warps = 0;          // 0: the plan's choice; 4 or 8: tensor-core blocks of that many warps
+  bool no_pdl = false;        // plain stream order instead of programmatic dependent launches
+  bool no_cluster = false;    // splits merged through the workspace and the merge kernel, never a cluster
+  int mma_blocks_per_sm = 1;  // >= 1: tensor-core blocks an SM that the split count fills one wave of
+};
+
 struct DecodeAttentionParams {
   // Sizes. q_heads must be a multiple of kv_heads: query head h reads kv head h / (q_heads / kv_heads).
   int64_t batch = 0;
@@ -77,6 +90,9 @@ struct DecodeAttentionParams {
   // CUDA only: scratch memory for splitting S across blocks (decode_attention_cuda_workspace_bytes).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+
+  // CUDA only: benchmark and test knobs; null means the defaults (DecodeOptions{}).
+  const DecodeOptions* options = nullptr;
 };
 
 // Shared validation: sizes, head grouping, pointers, dtypes, causal S >= Tq.
@@ -86,8 +102,9 @@ Status check_decode_attention_params(const DecodeAttentionParams& p);
 Status decode_attention_cpu(const DecodeAttentionParams& p);
 
 // CUDA implementation (decode_attention_cuda.cu), only in builds with PADDLE_VTENSOR_WITH_CUDA.
-// head_dim <= kCudaMaxHeadDim. The workspace size depends on the shapes and the current device's
-// SM count; ask for it right before the launch, on the same device.
+// head_dim <= kCudaMaxHeadDim. The workspace size depends on the shapes, the options and the current
+// device's SM count; ask for it right before the launch, on the same device. (To plan once for both,
+// see decode_attention_plan.h: decode_attention_cuda_plan and decode_attention_cuda_run.)
 constexpr int64_t kCudaMaxHeadDim = 256;
 size_t decode_attention_cuda_workspace_bytes(const DecodeAttentionParams& p);
 // Queues the attention on `stream` (a cudaStream_t) and returns the launch status.

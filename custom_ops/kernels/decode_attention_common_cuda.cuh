@@ -1,6 +1,7 @@
-// Device helpers shared by the decode attention kernels (decode_attention_cuda.cu and
-// decode_attention_rows_cuda.cuh): conversions, 16-byte chunk loads, what an entry of a
-// variable-length batch sees, the partial-softmax merge and the final write of a row.
+// Device helpers shared by the decode attention kernels (the one-row, row-per-warp and tensor-core
+// kernels and the merge: decode_attention_*_cuda.cuh): conversions, 16-byte chunk loads and cp.async,
+// what an entry of a variable-length batch sees, the partial-softmax merge, and how a block's row ends
+// (the finished row, or the split's partial to the workspace). Each written once, here.
 // Internal to the CUDA build of the kernels; include only from .cu files compiled by nvcc.
 #pragma once
 
@@ -12,15 +13,14 @@
 #include <type_traits>
 
 #include "decode_attention.h"
+#include "decode_attention_plan.h"
 #include "float_convert_cuda.cuh"
 #include "programmatic_launch_cuda.cuh"
 
 namespace pvt {
 namespace decode_cuda {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-
+using namespace decode_plan;  // NOLINT: the constants the planner and the kernels share
 using cuda_float::from_float;
 using cuda_launch::allow_next_grid;
 using cuda_launch::wait_for_previous_grid;
@@ -31,8 +31,8 @@ __device__ __forceinline__ float mask_value(const void* mask, int64_t i, ScalarT
   switch (t) {
     case ScalarType::kBool: return static_cast<const uint8_t*>(mask)[i] ? 0.f : -INFINITY;
     case ScalarType::kFloat32: return static_cast<const float*>(mask)[i];
-    case ScalarType::kFloat16: return __half2float(static_cast<const __half*>(mask)[i]);
-    case ScalarType::kBFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(mask)[i]);
+    case ScalarType::kFloat16: return to_float(static_cast<const __half*>(mask)[i]);
+    case ScalarType::kBFloat16: return to_float(static_cast<const __nv_bfloat16*>(mask)[i]);
   }
   return 0.f;
 }
@@ -75,6 +75,31 @@ __device__ __forceinline__ void unpack(const Raw<T, VEC> raw_in, float* dst) {
   } else {
     dst[0] = to_float(raw_in);
   }
+}
+
+// 16-byte copies global -> shared memory that do not pass through registers (sm_80+), committed and
+// waited for in groups; a plain load and store on older targets.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = pred ? 16 : 0;  // 0: fill the 16 bytes with zeros, read nothing
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+#else
+  *static_cast<uint4*>(smem) = pred ? __ldg(static_cast<const uint4*>(gmem)) : make_uint4(0, 0, 0, 0);
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
 }
 
 struct Workspace {
@@ -191,6 +216,35 @@ __device__ __forceinline__ void write_row(const DecodeAttentionParams& p, const 
                                          h * p.out_stride[2] + d * p.out_stride[3];
   out[o] = from_float<T>(seen ? a / sum : 0.f);
   if (p.lse != nullptr && d == 0) p.lse[prow * p.q_heads + h] = seen ? mx + logf(sum) : -INFINITY;
+}
+
+// Element d of a split's partial (m, l, acc) for row (b, t, h), into the workspace, where
+// merge_splits_kernel reads every split (zeros from a split that saw nothing); m and l with d == 0.
+// D: the head dim (a compile-time constant where the kernel has one: the index arithmetic is then a few
+// instructions).
+__device__ __forceinline__ void store_partial(const DecodeAttentionParams& p, int64_t b, int64_t t, int64_t h,
+                                              int64_t d, int64_t D, int64_t split, const Workspace& ws, float m,
+                                              float l, float a) {
+  const int64_t g = (b * p.q_heads + h) * p.q_len + t;  // row in [B, Hq, Tq]
+  const int64_t rows_total = p.batch * p.q_heads * p.q_len;
+  if (d == 0) {
+    ws.ml[(split * rows_total + g) * 2] = m;
+    ws.ml[(split * rows_total + g) * 2 + 1] = l;
+  }
+  ws.acc[(split * rows_total + g) * D + d] = a;
+}
+
+// How element d of a row ends in a block that covered split `split` of `splits`: with one split the
+// finished row (write_row), otherwise the split's partial (store_partial).
+template <typename T>
+__device__ __forceinline__ void store_split_row(const DecodeAttentionParams& p, const Entry& e, int64_t b, int64_t t,
+                                                int64_t h, int64_t d, int64_t D, int64_t split, int64_t splits,
+                                                const Workspace& ws, float m, float l, float a) {
+  if (splits == 1) {
+    write_row<T>(p, e, b, t, h, d, m, l, a);
+  } else {
+    store_partial(p, b, t, h, d, D, split, ws, m, l, a);
+  }
 }
 
 }  // namespace decode_cuda

@@ -11,27 +11,16 @@
 // keeps its own online softmax (m, l, O as MMA accumulators), FlashAttention-2 style: S = Q K^T
 // (K via ldmatrix), P = exp(S - m) re-packed in registers as the A operand of O += P V (V via
 // ldmatrix.trans). The warps' partial states merge through shared memory at the end into the
-// block's partials, which finish_block (decode_attention_finish_cuda.cuh) writes, merges within a
+// block's partials, which finish_block (decode_attention_merge_cuda.cuh) writes, merges within a
 // cluster or leaves to merge_splits_kernel. P is rounded to the cache's 16-bit type for the second
 // MMA, as flash-attention does; everything else accumulates in float32.
 #pragma once
 
 #include "decode_attention_common_cuda.cuh"
-#include "decode_attention_finish_cuda.cuh"
-#include "decode_attention_rows_cuda.cuh"  // cp_async16 / commit / wait
+#include "decode_attention_merge_cuda.cuh"  // finish_block
 
 namespace pvt {
 namespace decode_cuda {
-
-constexpr int kMmaMaxRows = 16;  // the M of the MMA
-constexpr int kMmaStages = 3;    // tiles in flight: two load while one is used
-
-// Dynamic shared memory of the kernel for head dim D and WARPS warps (tiles of 16 x WARPS keys):
-// kMmaStages stages of a K and a V tile, then the 16 query rows. 4 warps: 100 KiB at D = 128, two
-// blocks an SM; 8 warps: 196 KiB, one.
-__host__ __device__ constexpr size_t mma_smem_bytes(int D, int WARPS) {
-  return (static_cast<size_t>(kMmaStages) * 2 * 16 * WARPS + kMmaMaxRows) * D * 2;
-}
 
 template <typename T>
 __device__ __forceinline__ void mma_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {

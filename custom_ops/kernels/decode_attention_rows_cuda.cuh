@@ -3,7 +3,7 @@
 // double-buffered so the next tile streams in while this one is used, and each warp then computes
 // ONE query row over the tile from shared memory. K/V leave HBM once for the whole group, while each
 // thread keeps only its row's q and accumulator in registers (the register-held variant in
-// decode_attention_cuda.cu needs 4x that for 4 rows, which halves occupancy and stalls on HBM).
+// decode_attention_one_row_cuda.cuh needs 4x that for 4 rows, which halves occupancy and stalls on HBM).
 // Unmasked, 16-byte-loadable layouts with head_dim = LANES x 16 bytes (128 for fp16/bf16).
 #pragma once
 
@@ -13,29 +13,6 @@ namespace pvt {
 namespace decode_cuda {
 
 constexpr int kRowsTileBytes = 8192;  // bytes of K (and of V) per tile and stage
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = pred ? 16 : 0;  // 0: fill the 16 bytes with zeros, read nothing
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-#else
-  *static_cast<uint4*>(smem) = pred ? __ldg(static_cast<const uint4*>(gmem)) : make_uint4(0, 0, 0, 0);
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
 
 // Block = kWarps warps = kWarps query rows (row group blockIdx.z) of one (entry, kv head) and one
 // split of the keys (blockIdx.y). LANES lanes hold one key (LANES x 16 bytes = head_dim).
@@ -162,17 +139,14 @@ __global__ void __launch_bounds__(kThreads)
     m = m_new;
   }
   if (kg != 0 || !live) return;
+  // The branch outside the loop (not store_split_row's per element): the fp32 instance with 8 lanes
+  // otherwise compiles to 108 registers instead of 96 (ptxas -v), one block an SM fewer.
   if (splits.n == 1) {
 #pragma unroll
     for (int d = 0; d < VEC; ++d) write_row<T>(p, e, b, t, h, lk * VEC + d, m, l, acc[d]);
   } else {
-    const int64_t g = (b * p.q_heads + h) * Tq + t, rows_total = p.batch * p.q_heads * Tq;
-    if (lk == 0) {
-      ws.ml[(split * rows_total + g) * 2] = m;
-      ws.ml[(split * rows_total + g) * 2 + 1] = l;
-    }
-#pragma unroll  // zeros when the split saw nothing: the merge reads every split
-    for (int d = 0; d < VEC; ++d) ws.acc[(split * rows_total + g) * p.head_dim + lk * VEC + d] = acc[d];
+#pragma unroll
+    for (int d = 0; d < VEC; ++d) store_partial(p, b, t, h, lk * VEC + d, p.head_dim, split, ws, m, l, acc[d]);
   }
 }
 

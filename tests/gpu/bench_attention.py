@@ -5,13 +5,13 @@ For each dtype (fp16, bf16), heads (MHA 32/32, GQA 32/8), B in {1, 8, 32}, S in 
 (where memory allows), head_dim 128, one query token:
   sdpa_<backend>   F.scaled_dot_product_attention on contiguous [B, H, S, D] (cudnn, flash, efficient)
   ours_seq         our kernel over a seq-major cache [S, B, Hkv, D] (the VTensor layout), kv_len = S
-  ours_seq_rows    (GQA only) ours_seq with PVT_DECODE_NO_MMA=1: the row-per-warp kernel instead of the
+  ours_seq_rows    (GQA only) ours_seq with the no_mma option: the row-per-warp kernel instead of the
                    tensor-core one, for comparison in the same run
-  ours_seq_ws      ours_seq with PVT_DECODE_NO_CLUSTER=1: splits merged through the workspace by a second
+  ours_seq_ws      ours_seq with the no_cluster option: splits merged through the workspace by a second
                    kernel instead of within a thread-block cluster
   ours_slot        our kernel over a per-slot cache [B, Smax, Hkv, D] with per-sequence lengths on the
                    device (cache_seqlens = S - 1 each, plus the query's own token; Smax = S + 64)
-  ours_*_nopdl     the same with PVT_DECODE_NO_PDL=1: each call's kernels in plain stream order, not
+  ours_*_nopdl     the same with the no_pdl option: each call's kernels in plain stream order, not
                    launched programmatically behind the previous call's (what the overlap buys)
 Times: `iters` back-to-back calls captured in a CUDA graph and replayed (GPU time per call, no Python
 or launch cost), the best of 5 interleaved repetitions (each in its own seeded order); `_eager_us` is
@@ -21,7 +21,6 @@ With --cold: the rows whose K+V fit in L2 a few times, each call reading another
 Usage: python3 tests/gpu/bench_attention.py OUT.json [--quick] [--kv-heads 32|8] [--dtypes bf16,fp16] [--cold]
 """
 import json
-import os
 import random
 import sys
 import time
@@ -63,20 +62,21 @@ def graphed(fn, iters):
 
 
 class knob_set:
-    """PVT_DECODE_* benchmark knob set to 1 inside the block."""
-    def __init__(self, name):
-        self.name = name
+    """Benchmark knobs (pvt::DecodeOptions fields, e.g. no_pdl=True) set inside the block, the
+    defaults after it: every call planned inside plans with them (a CUDA graph keeps its capture's plan)."""
+    def __init__(self, ext, **options):
+        self.ext, self.options = ext, options
 
     def __enter__(self):
-        os.environ[self.name] = "1"
+        self.ext.set_decode_options(**self.options)
 
     def __exit__(self, *exc):
-        del os.environ[self.name]
+        self.ext.set_decode_options()
 
 
-def knob_call(name, fn):
+def knob_call(ext, options, fn):
     def call():
-        with knob_set(name):
+        with knob_set(ext, **options):
             return fn()
     return call
 
@@ -104,7 +104,7 @@ def copy_rate():
 
 
 def sweep(ext, out_path):
-    """Time per call of ours_seq for forced split counts (PVT_DECODE_SPLITS), to fit the heuristic."""
+    """Time per call of ours_seq for forced split counts (options splits=n), to fit the heuristic."""
     rows = []
     D, H, dt = 128, 32, torch.float16
     for kvh in (32, 8):
@@ -118,16 +118,16 @@ def sweep(ext, out_path):
                 out = torch.empty_like(q)
                 kv_bytes = 2 * ks.numel() * 2
                 iters = max(5, min(200, int(2e4 / max(1.0, kv_bytes / 4e6))))
-                os.environ.pop("PVT_DECODE_SPLITS", None)
+                ext.set_decode_options()
                 auto_ws = ext.workspace_bytes(q, ks, vs, out, S)
                 r = {"kv_heads": kvh, "B": B, "S": S, "auto_splits": auto_ws // max(1, B * H * (D + 2) * 4)}
                 fns = {}
                 for n in (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128):
                     if n:  # the plan is made at capture: the graph keeps this split count
-                        os.environ["PVT_DECODE_SPLITS"] = str(n)
+                        ext.set_decode_options(splits=n)
                     ws = torch.empty(max(1, ext.workspace_bytes(q, ks, vs, out, S)), dtype=torch.uint8, device="cuda")
                     g = graphed(lambda ws=ws: ext.attention(q, ks, vs, out, S, ws), iters)
-                    os.environ.pop("PVT_DECODE_SPLITS", None)
+                    ext.set_decode_options()
                     fns[n] = (g, ws)
                 best = {n: float("inf") for n in fns}
                 for _ in range(3):
@@ -189,11 +189,11 @@ def cold(ext, out_path, dts, kv_heads):
                            "ours_seq": lambda: ext.attention(qo, ks[nxt()], vs[turn[0]], out["ours_seq"], S, ws),
                            "ours_slot": lambda: ext.attention(qo, kl[nxt()], vl[turn[0]], out["ours_slot"], smax, ws,
                                                              lens)}
-                    # Both layouts again with plain stream order (PVT_DECODE_NO_PDL): what the programmatic
+                    # Both layouts again with plain stream order (option no_pdl): what the programmatic
                     # launch of each call behind the previous one's kernels buys, in the same process.
-                    fns["ours_seq_nopdl"] = knob_call("PVT_DECODE_NO_PDL", lambda: ext.attention(
+                    fns["ours_seq_nopdl"] = knob_call(ext, {"no_pdl": True}, lambda: ext.attention(
                         qo, ks[nxt()], vs[turn[0]], out["ours_seq_nopdl"], S, ws))
-                    fns["ours_slot_nopdl"] = knob_call("PVT_DECODE_NO_PDL", lambda: ext.attention(
+                    fns["ours_slot_nopdl"] = knob_call(ext, {"no_pdl": True}, lambda: ext.attention(
                         qo, kl[nxt()], vl[turn[0]], out["ours_slot_nopdl"], smax, ws, lens))
                     ref = F.scaled_dot_product_attention(q.float(), k[0].float(), v[0].float(),
                                                          enable_gqa=kvh != H).transpose(1, 2)
@@ -289,17 +289,17 @@ def main():
                     torch.cuda.synchronize()
                     if ref is not None:
                         r["err_ours_seq"] = float((out.float() - ref.transpose(1, 2).float()).abs().max())
-                    # Knob contenders on the same seq-major cache: the knob is read when each call plans.
-                    knobs = [("ours_seq_ws", "PVT_DECODE_NO_CLUSTER"),  # splits merged by the merge kernel
-                             ("ours_seq_nopdl", "PVT_DECODE_NO_PDL")]  # plain stream order, no programmatic launch
+                    # Knob contenders on the same seq-major cache: the options are read when each call plans.
+                    knobs = [("ours_seq_ws", {"no_cluster": True}),  # splits merged by the merge kernel
+                             ("ours_seq_nopdl", {"no_pdl": True})]  # plain stream order, no programmatic launch
                     if kvh != H:
-                        knobs.append(("ours_seq_rows", "PVT_DECODE_NO_MMA"))  # the row-per-warp kernel
+                        knobs.append(("ours_seq_rows", {"no_mma": True}))  # the row-per-warp kernel
                     for kname, knob in knobs:
-                        with knob_set(knob):
+                        with knob_set(ext, **knob):
                             wsk = torch.empty(max(1, ext.workspace_bytes(qo, ks, vs, out, S)), dtype=torch.uint8,
                                               device=dev)
                         outk = torch.empty_like(out)
-                        fns[kname] = knob_call(knob, lambda outk=outk, wsk=wsk: ext.attention(qo, ks, vs, outk, S, wsk))
+                        fns[kname] = knob_call(ext, knob, lambda outk=outk, wsk=wsk: ext.attention(qo, ks, vs, outk, S, wsk))
                     smax = S + 64
                     kl, vl = per_slot(k, smax), per_slot(v, smax)
                     lens = torch.full((B,), S - 1, dtype=torch.int32, device=dev)
@@ -307,7 +307,7 @@ def main():
                     out2 = torch.empty_like(out)
                     fns["ours_slot"] = lambda: ext.attention(qo, kl, vl, out2, smax, ws2, lens)
                     out3 = torch.empty_like(out)
-                    fns["ours_slot_nopdl"] = knob_call("PVT_DECODE_NO_PDL",
+                    fns["ours_slot_nopdl"] = knob_call(ext, {"no_pdl": True},
                                                        lambda: ext.attention(qo, kl, vl, out3, smax, ws2, lens))
                     fns["ours_slot"]()
                     torch.cuda.synchronize()

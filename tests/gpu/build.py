@@ -21,7 +21,7 @@ def load(verbose=False):
 
 
 def _build_dir():
-    d = os.environ.get("PVT_TORCH_BUILD", os.path.join(ROOT, "build", "pvt_torch"))
+    d = os.environ.get("PADDLE_VTENSOR_TORCH_BUILD", os.path.join(ROOT, "build", "pvt_torch"))
     os.makedirs(d, exist_ok=True)
     return d
 

@@ -11,7 +11,7 @@ Per decode step, one new token per sequence:
               the device (cache_seqlens, advanced inside the graph), the token written at a device
               position into the same VM cache; the cache's base never moves, chunks are mapped on the
               host between replays.
-  (c) graph, no PDL  the same graph captured with PVT_DECODE_NO_PDL=1: the attention's kernels in plain
+  (c) graph, no PDL  the same graph captured with the no_pdl option: the attention's kernels in plain
               stream order instead of launched programmatically behind the kernel ahead (what that buys)
 Each: `steps` decode steps from `ctx` tokens, median ms/step of the timed steps (after 2 warm-up
 steps), the best of 3 rounds (1 with --quick, N with --rounds N) that run every mode in turn (each round's
@@ -230,7 +230,7 @@ def main():
                             key = f"{mode}_{name}" if name else mode
                             try:
                                 if mode == "ours_graph_nopdl":  # the knob is read as the graph is captured
-                                    with knob_set("PVT_DECODE_NO_PDL"):
+                                    with knob_set(ext, no_pdl=True):
                                         ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, "ours_graph", steps)
                                 elif be is None:
                                     ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, mode, steps)

@@ -4,6 +4,8 @@
 //   Cache          a SeqMajorCache (VM reservation, chunks mapped as it grows) seen as a torch tensor
 //   append         append_tokens_cuda: tokens [B, T, H, D] written in place at a host position
 //   attention      decode_attention_cuda over any strided K/V (seq-major cache, slot cache, [B,H,S,D])
+//   set_decode_options / decode_options   the benchmark knobs (pvt::DecodeOptions) every later call
+//                  plans with; set_decode_options() with no argument restores the defaults
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -15,6 +17,7 @@
 #include "core/apis.h"
 #include "kernels/append_tokens.h"
 #include "kernels/decode_attention.h"
+#include "kernels/decode_attention_plan.h"
 
 namespace {
 
@@ -30,6 +33,35 @@ pvt::ScalarType dtype_of(const torch::Tensor& t) {
 }
 
 void* stream() { return at::cuda::getCurrentCUDAStream().stream(); }
+
+// The knobs workspace_bytes and attention plan with (a CUDA graph keeps the plan made at its capture).
+pvt::DecodeOptions g_options;
+
+void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_warps, bool no_pdl, bool no_cluster,
+                        int64_t mma_blocks_per_sm) {
+  pvt::DecodeOptions o;
+  o.splits = splits;
+  o.no_mma = no_mma;
+  o.mma_mha = mma_mha;
+  o.mma_warps = static_cast<int>(mma_warps);
+  o.no_pdl = no_pdl;
+  o.no_cluster = no_cluster;
+  o.mma_blocks_per_sm = static_cast<int>(mma_blocks_per_sm);
+  check(pvt::decode_plan::check_options(o));
+  g_options = o;
+}
+
+pybind11::dict decode_options() {
+  pybind11::dict d;
+  d["splits"] = g_options.splits;
+  d["no_mma"] = g_options.no_mma;
+  d["mma_mha"] = g_options.mma_mha;
+  d["mma_warps"] = g_options.mma_warps;
+  d["no_pdl"] = g_options.no_pdl;
+  d["no_cluster"] = g_options.no_cluster;
+  d["mma_blocks_per_sm"] = g_options.mma_blocks_per_sm;
+  return d;
+}
 
 struct Cache {
   std::shared_ptr<pvt::SeqMajorCache> cache;
@@ -100,6 +132,7 @@ pvt::DecodeAttentionParams params(const torch::Tensor& q, const torch::Tensor& k
   p.kv_batch_index = i32(kv_batch_index);
   p.cu_seqlens_q = i32(cu_seqlens_q);
   p.lse = lse ? lse->data_ptr<float>() : nullptr;
+  p.options = &g_options;
   return p;
 }
 
@@ -145,4 +178,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("kv_len"), pybind11::arg("workspace"), opt("cache_seqlens"), opt("kv_batch_index"),
         opt("cu_seqlens_q"), opt("lse"), pybind11::arg("q_len") = 1);
   m.def("mapped_bytes_total", &mapped_bytes_total);
+  const pvt::DecodeOptions defaults;
+  m.def("set_decode_options", &set_decode_options, pybind11::arg("splits") = defaults.splits,
+        pybind11::arg("no_mma") = defaults.no_mma, pybind11::arg("mma_mha") = defaults.mma_mha,
+        pybind11::arg("mma_warps") = defaults.mma_warps, pybind11::arg("no_pdl") = defaults.no_pdl,
+        pybind11::arg("no_cluster") = defaults.no_cluster, pybind11::arg("mma_blocks_per_sm") = defaults.mma_blocks_per_sm);
+  m.def("decode_options", &decode_options);
 }

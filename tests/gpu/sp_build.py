@@ -15,7 +15,7 @@ def load(verbose=False):
                + sorted(glob.glob(os.path.join(ops, "core", "*.cc"))) + sorted(glob.glob(os.path.join(ops, "kernels", "*.cc")))
                + sorted(glob.glob(os.path.join(ops, "kernels", "*.cu"))))
     flags = ["-O3", "-DPADDLE_VTENSOR_WITH_CUDA", "-std=c++17"]
-    build_dir = os.environ.get("PVT_SP_TORCH_BUILD", os.path.join(ROOT, "build", "pvt_sp_torch"))
+    build_dir = os.environ.get("PADDLE_VTENSOR_SP_TORCH_BUILD", os.path.join(ROOT, "build", "pvt_sp_torch"))
     os.makedirs(build_dir, exist_ok=True)
     return _load(name="pvt_sp_torch", sources=sources, extra_include_paths=[ops], extra_cflags=flags,
                  extra_cuda_cflags=flags + ["-gencode=arch=compute_90,code=sm_90"], extra_ldflags=["-lcuda"],

@@ -1,8 +1,8 @@
 // Quick native timing of decode_attention_cpu against a one-thread read of the same K/V bytes,
 // for tuning the kernel without a Paddle build (the documented numbers come from the
 // `bench-attention` subcommand). Usage: bench_attention_cpu B S HQ HKV D [f32|f16|bf16] [repeats]
-// PVT_BENCH_FLUSH=1 reads 128 MiB of other memory before each timed call (a cold cache, as
-// bench-attention measures); PVT_BENCH_PAGES=4k|huge backs K/V by mmap with MADV_NOHUGEPAGE or
+// PADDLE_VTENSOR_BENCH_FLUSH=1 reads 128 MiB of other memory before each timed call (a cold cache, as
+// bench-attention measures); PADDLE_VTENSOR_BENCH_PAGES=4k|huge backs K/V by mmap with MADV_NOHUGEPAGE or
 // MADV_HUGEPAGE (default: std::vector).
 #include <sys/mman.h>
 #include <time.h>
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
     uint8_t* data() const { return p; }
     size_t size() const { return n; }
   };
-  const char* pages = std::getenv("PVT_BENCH_PAGES");
+  const char* pages = std::getenv("PADDLE_VTENSOR_BENCH_PAGES");
   auto make = [&](std::vector<uint8_t>& vec) -> Span {
     const size_t n = kv_elems * eb;
     if (pages == nullptr) { vec.resize(n); return {vec.data(), n}; }
@@ -56,10 +56,10 @@ int main(int argc, char** argv) {
     return {a, n};
   };
   Span k = make(kvec), v = make(vvec);
-  const bool flush = std::getenv("PVT_BENCH_FLUSH") != nullptr;
+  const bool flush = std::getenv("PADDLE_VTENSOR_BENCH_FLUSH") != nullptr;
   std::vector<double> flush_buf(flush ? (128 << 20) / 8 : 0, 1.0);
   double flush_sink = 0;
-  if (flush && std::string(std::getenv("PVT_BENCH_FLUSH")) == "huge")  // as numpy's large arrays
+  if (flush && std::string(std::getenv("PADDLE_VTENSOR_BENCH_FLUSH")) == "huge")  // as numpy's large arrays
     madvise(reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(flush_buf.data()) & ~uintptr_t(4095)),
             flush_buf.size() * 8, MADV_HUGEPAGE);
   Span qspan{q.data(), q.size()};

@@ -29,6 +29,7 @@
 #include "harness.h"
 #include "kernels/append_tokens.h"
 #include "kernels/decode_attention.h"
+#include "kernels/decode_attention_plan.h"
 #include "kernels/decode_attention_common_cuda.cuh"
 #include "kernels/programmatic_launch_cuda.cuh"
 
@@ -39,8 +40,10 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-// Prefix of the case names: which way the kernels finish their splits in this pass (see main).
+// Prefix of the case names: which way the kernels finish their splits in this pass (see main), and the
+// options (splits, warps, cluster) that pass forces on every call.
 std::string g_mode;
+DecodeOptions g_options;
 
 int64_t elem_bytes(ScalarType t) { return t == ScalarType::kFloat32 ? 4 : t == ScalarType::kBool ? 1 : 2; }
 
@@ -170,6 +173,7 @@ void run_case(Report& r, const Case& c, std::mt19937& rng, cudaStream_t stream) 
 
   DecodeAttentionParams p;
   p.batch = c.B; p.q_len = c.Tq; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.S;
+  p.options = &g_options;
   p.dtype = c.dtype;
   p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
   const int64_t qs[4] = {c.Tq * c.Hq * c.D, c.Hq * c.D, c.D, 1};
@@ -390,6 +394,7 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
 
   DecodeAttentionParams p;
   p.batch = B; p.q_len = c.q_len; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.kv_len;
+  p.options = &g_options;
   p.dtype = c.dtype; p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
   const int64_t qs[4] = {c.q_len * c.Hq * c.D, c.Hq * c.D, c.D, 1};
   std::copy(qs, qs + 4, p.q_stride);
@@ -497,6 +502,7 @@ void test_in_cache(Report& r, std::mt19937& rng, cudaStream_t stream) {
   }
   DecodeAttentionParams p;
   p.batch = B; p.q_len = 1; p.q_heads = Hq; p.kv_heads = Hkv; p.head_dim = D; p.kv_len = S;
+  p.options = &g_options;
   p.dtype = dt; p.scale = 1.f / std::sqrt(128.f);
   const int64_t qs[4] = {Hq * D, Hq * D, D, 1};
   std::copy(qs, qs + 4, p.q_stride);
@@ -584,6 +590,40 @@ void test_split_count(Report& r, std::mt19937& rng) {
                                                       (wrong ? ", first: " + first : ""));
 }
 
+// The plans this device gets for the table of test_decode_plan.cc (fp16, head_dim 128, seq-major and
+// per-slot): printed, to compare with the values frozen there (made with H200 occupancy numbers).
+void print_plans() {
+  static int32_t lengths[64];
+  for (int64_t B : {1, 8, 32}) {
+    for (int64_t S : {1024, 4096, 16384, 65536}) {
+      for (int64_t Hkv : {32, 8}) {
+        for (bool slot : {false, true}) {
+          DecodeAttentionParams p;
+          p.batch = B; p.q_len = 1; p.q_heads = 32; p.kv_heads = Hkv; p.head_dim = 128; p.kv_len = S;
+          p.dtype = ScalarType::kFloat16;
+          p.scale = 0.1f;
+          p.q = reinterpret_cast<void*>(0x100000); p.out = reinterpret_cast<void*>(0x200000);
+          p.k = reinterpret_cast<void*>(0x300000); p.v = reinterpret_cast<void*>(0x400000);
+          const int64_t qs[4] = {32 * 128, 32 * 128, 128, 1}, seq[4] = {B * Hkv * 128, Hkv * 128, 128, 1},
+                        per_slot[4] = {Hkv * 128, S * Hkv * 128, 128, 1};
+          for (int i = 0; i < 4; ++i) {
+            p.q_stride[i] = p.out_stride[i] = qs[i];
+            p.k_stride[i] = p.v_stride[i] = slot ? per_slot[i] : seq[i];
+          }
+          if (slot) p.cache_seqlens = p.kv_batch_index = lengths;
+          decode_plan::Plan plan;
+          const Status st = decode_attention_cuda_plan(p, &plan);
+          std::printf("info plan b%ld s%ld h32_%ld %s: %s rows_kernel %d mma %d warps %d splits %ld cluster %d "
+                      "sm_exclusive %d workspace %zu\n", static_cast<long>(B), static_cast<long>(S),
+                      static_cast<long>(Hkv), slot ? "slot" : "seq", st.ok() ? "ok" : st.to_string().c_str(),
+                      plan.rows_kernel, plan.mma_kernel, plan.mma_warps, static_cast<long>(plan.splits), plan.cluster,
+                      plan.mma_sm_exclusive, plan.workspace_bytes);
+        }
+      }
+    }
+  }
+}
+
 // Bandwidth: bytes of K+V read per call / time per call, K/V in SeqMajorCaches.
 void bench(Report& r, cudaStream_t stream) {
   const int64_t H = 32, D = 128;
@@ -669,36 +709,35 @@ int main(int argc, char** argv) {
   if (run_tests) {
     // Passes over the same cases, one per way the splits are finished and per block size of the
     // tensor-core kernel: the plan's own choice (clusters on Hopper where the splits fit one), the
-    // workspace and merge kernel only (PVT_DECODE_NO_CLUSTER), 3 forced splits (an odd cluster, also
-    // for the short cases), and blocks of 4 and of 8 warps forced (PVT_DECODE_MMA_WARPS), the latter
-    // also through the workspace; then the plan's own choice with its inputs written late by the kernel
-    // ahead (g_late_inputs: each kernel waits for that one before reading).
+    // workspace and merge kernel only (no_cluster), 3 forced splits (an odd cluster, also for the short
+    // cases), and blocks of 4 and of 8 warps forced (mma_warps), the latter also through the workspace;
+    // then the plan's own choice with its inputs written late by the kernel ahead (g_late_inputs: each
+    // kernel waits for that one before reading).
     struct Mode {
-      const char* prefix; const char* no_cluster; const char* splits; const char* warps; bool late = false;
+      const char* prefix; bool no_cluster; int64_t splits; int warps; bool late = false;
     };
-    const char* knobs[] = {"PVT_DECODE_NO_CLUSTER", "PVT_DECODE_SPLITS", "PVT_DECODE_MMA_WARPS"};
-    for (const Mode& m : {Mode{"", nullptr, nullptr, nullptr}, Mode{"no_cluster.", "1", nullptr, nullptr},
-                          Mode{"splits3.", nullptr, "3", nullptr}, Mode{"warps4.", nullptr, nullptr, "4"},
-                          Mode{"warps8.", nullptr, nullptr, "8"}, Mode{"warps8.no_cluster.", "1", nullptr, "8"},
-                          Mode{"late_inputs.", nullptr, nullptr, nullptr, true},
-                          Mode{"late_inputs.no_cluster.", "1", nullptr, nullptr, true}}) {
+    for (const Mode& m : {Mode{"", false, 0, 0}, Mode{"no_cluster.", true, 0, 0}, Mode{"splits3.", false, 3, 0},
+                          Mode{"warps4.", false, 0, 4}, Mode{"warps8.", false, 0, 8},
+                          Mode{"warps8.no_cluster.", true, 0, 8}, Mode{"late_inputs.", false, 0, 0, true},
+                          Mode{"late_inputs.no_cluster.", true, 0, 0, true}}) {
       g_mode = m.prefix;
       g_late_inputs = m.late;
-      const char* vals[] = {m.no_cluster, m.splits, m.warps};
-      for (int i = 0; i < 3; ++i) {
-        if (vals[i]) setenv(knobs[i], vals[i], 1); else unsetenv(knobs[i]);
-      }
+      g_options = DecodeOptions{};
+      g_options.no_cluster = m.no_cluster;
+      g_options.splits = m.splits;
+      g_options.mma_warps = m.warps;
       test_matrix(r, rng, stream);
       test_variants(r, rng, stream);
       test_varlen(r, rng, stream);
     }
-    for (const char* k : knobs) unsetenv(k);
+    g_options = DecodeOptions{};
     g_mode.clear();
     g_late_inputs = false;
     test_in_cache(r, rng, stream);
     test_errors(r);
     test_split_count(r, rng);
   }
+  print_plans();
   if (run_bench) bench(r, stream);
   cudaStreamDestroy(stream);
   const MemoryStats s = memory_stats(kGpu);

@@ -1,14 +1,15 @@
-// How a tensor-core decode-attention block ends (decode_attention_mma_cuda.cuh): the block's softmax
-// partials for its rows (m, l, acc over its split of the keys) are complete in its shared memory, and
-// one of three things happens.
-//   * One split: the block writes its rows (out, lse).
-//   * Splits in one thread-block cluster (Hopper): the blocks of an (entry, kv head, row group) are
-//     one cluster (grid y = splits = cluster y). They read each other's partials through distributed
-//     shared memory and each writes a share of the rows: no workspace round trip and no second kernel,
-//     which is what the latency-bound short contexts pay for otherwise (when the plan picks this:
-//     plan_cluster in decode_attention_cuda.cu).
-//   * Otherwise: the partials go to the workspace, and merge_splits_kernel (decode_attention_cuda.cu)
-//     merges them.
+// How the splits of the keys are merged (which one: plan_cluster in decode_attention_plan.cc):
+//   * merge_splits_kernel: a second small kernel merges the partials every split left in the workspace
+//     (as FlashInfer's and flash-attention's split-KV decode do), launched as a programmatic dependent
+//     launch behind the main kernel.
+//   * finish_block: how a tensor-core block ends (decode_attention_mma_cuda.cuh). Its softmax partials
+//     for its rows (m, l, acc over its split) are complete in its shared memory, and one of three things
+//     happens. One split: the block writes its rows (out, lse). Splits in one thread-block cluster
+//     (Hopper): the blocks of an (entry, kv head, row group) are one cluster (grid y = splits = cluster
+//     y); they read each other's partials through distributed shared memory and each writes a share of
+//     the rows: no workspace round trip and no second kernel, which is what the latency-bound short
+//     contexts pay for otherwise (plan_cluster in decode_attention_plan.cc). Otherwise: the partials go
+//     to the workspace, for merge_splits_kernel.
 // Internal to the CUDA build of the kernels; include only from .cu files compiled by nvcc.
 #pragma once
 
@@ -19,8 +20,59 @@
 namespace pvt {
 namespace decode_cuda {
 
-// Most blocks of a cluster: the portable limit (Hopper allows 16 as an opt-in, which measured slower).
-constexpr int kMaxClusterSplits = 8;
+// One block per (b, h, t) row: merges the splits' partial softmax results. Splits that saw no key
+// (m = -inf, e.g. past a shorter entry's length) get weight 0; every split wrote its accumulator
+// (zeros then). Each thread merges its output elements on its own, kMergeChunk splits per step
+// (an online softmax over chunks): the chunk's (m, l) and accumulators are loaded together, with
+// clamped indices and no branch, so a step is ONE L2 round trip. (A loop over the splits with a
+// load behind a branch per split waits out one L2 latency per split: under Nsight Compute 19 us for
+// 32 splits on the H200; block-wide reductions of m and then l between the loads cost three round
+// trips and four barriers: 3.3-5.2 us a merge against cuDNN's 1.9-2.8 for its own.)
+template <typename T>
+__global__ void merge_splits_kernel(const DecodeAttentionParams p, const int64_t splits, Workspace ws) {
+  const int64_t g = blockIdx.x, D = p.head_dim;
+  const int tq = static_cast<int>(p.q_len), hq = static_cast<int>(p.q_heads);  // grid limits checked
+  const int row = static_cast<int>(blockIdx.x), t = row % tq, h = (row / tq) % hq, b = row / (tq * hq);
+  const int64_t rows_total = p.batch * p.q_heads * p.q_len;
+  wait_for_previous_grid();  // the main kernel's partials are complete
+  // The next kernel (the next layer's attention, launched the same way) may be placed while this one
+  // merges: its blocks wait for this grid before they read or write anything.
+  allow_next_grid();
+  const Entry e = entry_of(p, b);
+  if (t >= e.q_count) return;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float m = -INFINITY, l = 0.f, a = 0.f;
+    for (int64_t j0 = 0; j0 < splits; j0 += kMergeChunk) {
+      float mj[kMergeChunk], lj[kMergeChunk], aj[kMergeChunk];
+#pragma unroll
+      for (int u = 0; u < kMergeChunk; ++u) {
+        const int64_t j = j0 + u < splits ? j0 + u : splits - 1;  // in range: loads without a branch
+        const int64_t at = j * rows_total + g;
+        mj[u] = ws.ml[at * 2];
+        lj[u] = ws.ml[at * 2 + 1];
+        aj[u] = ws.acc[at * D + d];
+      }
+      float mx = m;
+#pragma unroll
+      for (int u = 0; u < kMergeChunk; ++u) {
+        if (j0 + u >= splits) mj[u] = -INFINITY;  // a repeat of the last split: no weight
+        mx = fmaxf(mx, mj[u]);
+      }
+      if (mx == -INFINITY) continue;  // nothing seen yet
+      const float c = __expf(m - mx);  // 0 while m is -inf
+      l *= c;
+      a *= c;
+#pragma unroll
+      for (int u = 0; u < kMergeChunk; ++u) {
+        const float w = __expf(mj[u] - mx);  // 0 for a split that saw nothing
+        l += w * lj[u];
+        a += w * aj[u];
+      }
+      m = mx;
+    }
+    write_row<T>(p, e, b, t, h, d, m, l, a);
+  }
+}
 
 // A block's finished partials in its shared memory, rows 0 .. nrows - 1 of its row group.
 struct BlockRows {
@@ -50,23 +102,12 @@ __device__ __forceinline__ void finish_block(const DecodeAttentionParams& p, con
     *t = r - hg * tq;
   };
   if (!cluster) {
-    const int64_t rows_total = p.batch * p.q_heads * Tq;
     for (int i = tid; i < n_out; i += NTHR) {
       const int r = i / D, d = i % D;
       int64_t h, t;
       head_and_token(r, &h, &t);
       if (t >= e.q_count) continue;  // no such query in this entry: nothing to write
-      const float m = st.m[r], l = st.l[r], a = st.acc[r * st.acc_stride + d];
-      if (splits == 1) {
-        write_row<T>(p, e, b, t, h, d, m, l, a);
-      } else {
-        const int64_t g = (b * p.q_heads + h) * Tq + t;  // row in [B, Hq, Tq]
-        if (d == 0) {
-          ws.ml[(split * rows_total + g) * 2] = m;
-          ws.ml[(split * rows_total + g) * 2 + 1] = l;
-        }
-        ws.acc[(split * rows_total + g) * D + d] = a;  // zeros when the split saw nothing: the merge reads all
-      }
+      store_split_row<T>(p, e, b, t, h, d, D, split, splits, ws, st.m[r], st.l[r], st.acc[r * st.acc_stride + d]);
     }
     return;
   }

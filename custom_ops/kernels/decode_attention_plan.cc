@@ -1,0 +1,234 @@
+// See decode_attention_plan.h. The measurements behind each choice are the H200's
+// (docs/H200_DECODE_PARITY.md).
+#include "decode_attention_plan.h"
+
+#include <algorithm>
+#include <string>
+
+namespace pvt {
+namespace decode_plan {
+namespace {
+
+int64_t elem_bytes(ScalarType t) { return t == ScalarType::kFloat32 ? 4 : 2; }
+
+int next_pow2(int64_t x) {
+  int p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// Splits of the keys: as many as make ONE full wave of resident blocks (SMs x blocks per SM at the
+// kernel's occupancy), never a split of fewer than kMinKeysPerSplit keys. A sweep of forced split
+// counts on the H200 found the time flat or rising past one wave (more partials to write and merge,
+// blocks queued behind others) and rising steeply below it (SMs idle). A forced count
+// (DecodeOptions::splits) may go below kMinKeysPerSplit keys a split (to 16), for sweeps of short contexts.
+int64_t choose_splits(int64_t base_blocks, int64_t kv_len, int64_t slots, int64_t forced) {
+  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, kv_len / kMinKeysPerSplit));
+  if (forced > 0) return std::min<int64_t>({forced, kMaxSplits, std::max<int64_t>(1, (kv_len + 15) / 16)});
+  return std::max<int64_t>(1, std::min<int64_t>(max_splits, slots / std::max<int64_t>(1, base_blocks)));
+}
+
+// Keys of up to n equal splits; the count then drops where rounding would leave a split empty.
+void set_splits(const DecodeAttentionParams& p, Plan* plan, int64_t n) {
+  plan->keys_per_split = (p.kv_len + n - 1) / n;
+  plan->splits = (p.kv_len + plan->keys_per_split - 1) / plan->keys_per_split;  // no empty split
+}
+
+void plan_splits(const DecodeAttentionParams& p, Plan* plan, int resident) {
+  const int64_t base = p.batch * p.kv_heads * plan->row_groups;
+  set_splits(p, plan, choose_splits(base, p.kv_len, plan->sms * resident, options_of(p).splits));
+}
+
+// The one-row kernel's split count (it already splits; every count tried fits one wave of resident
+// blocks): the fewest steps a block (split_range spreads an entry's steps evenly over the splits), a tie
+// to fewer splits (fewer partials to merge). A block's step is a round trip to HBM: its loads are issued
+// together, then used. Blocks resident on one SM overlap those round trips, so in one wave the time
+// follows the steps of a block, not the blocks an SM. On the H200 (MHA B=1 S=1k, run 31), each call
+// reading a cache not in L2 (as in a decode step, the layer's weights in between): 16 splits of 2 steps
+// 10.89-10.94 us against 8 of 4 steps 11.22-11.39 (cuDNN 10.77), per-slot 11.11-11.20 against 11.43-11.56.
+// With the same K/V read back to back (L2-resident), 8 splits were the faster (run 20: 8.32-8.46 against
+// 8.59-8.72 us); this plans for HBM. It goes past the count choose_splits made only up to kMergeChunk
+// splits: merge_splits_kernel reads kMergeChunk splits per L2 round trip, and each chunk more cost about
+// 1 us, more than the steps it saved (run 35, MHA B=1 with 8 heads: S=2k, 64 splits 12.92 us against 16
+// splits' 10.26; S=4k, 64 splits 14.80 against 32 splits' 12.52; 16 heads at S=2k, 32 splits 12.09
+// against 16 splits' 11.52).
+// With lengths from the device (cache_seqlens), kv_len only bounds them, and a count that fits the bound
+// may not fit a little less: at the bound 1088 (34 steps), 12 and 16 splits both take 3 steps, but at 1024
+// keys 12 splits still take 3 and 16 take 2. There the cost is the mean over the whole-step lengths from
+// half the bound to the bound (16 splits, then); for a known length, that length's.
+// Not for a forced split count (the caller checks).
+void balance_splits(const DecodeAttentionParams& p, Plan* plan, int resident, int64_t step) {
+  if (plan->splits < 2) return;  // no merge yet: one more kernel costs more than this saves
+  const int64_t base = p.batch * p.kv_heads * plan->row_groups;
+  // One wave, and no more merge chunks than choose_splits' count already needs (see above).
+  const int64_t most = std::min<int64_t>(
+      {kMaxSplits, plan->sms * resident / base, std::max<int64_t>(plan->splits, kMergeChunk)});
+  const int64_t top = (p.kv_len + step - 1) / step;  // steps of a bound-long entry
+  if (plan->splits >= std::min(most, top)) return;  // no other count to try (all long contexts)
+  // Lengths costed: their steps from `low` to `top`, at most 65 of them (the host plans every call).
+  const int64_t low = p.cache_seqlens != nullptr ? (top + 1) / 2 : top;
+  const int64_t stride = std::max<int64_t>(1, (top - low) / 64);
+  auto cost = [&](int64_t s) {
+    int64_t sum = 0;
+    for (int64_t t = top; t >= low; t -= stride) sum += (t + s - 1) / s;  // steps of the longest block
+    return sum;
+  };
+  int64_t best = plan->splits, best_cost = cost(best);
+  for (int64_t s = best + 1; s <= most && s <= top; ++s) {
+    const int64_t c = cost(s);
+    if (c < best_cost) best = s, best_cost = c;
+  }
+  set_splits(p, plan, best);
+}
+
+// Warps per block of the tensor-core kernel, once the splits are known: 8 where every block of the
+// grid has an SM to itself (the 8-warp kernel's shared memory allows one block an SM) and a split is
+// short, else 4 (two blocks an SM); 4 where the 8-warp kernel cannot be resident. On the H200 (GQA
+// 32/8) 8 warps took B=1 S=1k from 6.17 to 5.97 us, B=1 S=4k from 10.53 to 9.69, B=8 S=1k from 12.52
+// to 10.66; equal at 2048 keys a split (B=8 S=4k) and slower past it (B=8 S=16k, 8192 keys: 128.8
+// against 125.2), and slower in two waves (B=32 S=1k: 39.3 against 35.8). 8 warps put two warps on each
+// scheduler and halve the instructions each warp issues per key: what a short block pays for.
+constexpr int64_t kEightWarpsMaxKeys = 2048;  // keys of one split
+
+// Whether the tensor-core kernel's grid (one block per entry, kv head and split) has no more blocks than
+// SMs, so that each block can have an SM to itself.
+bool mma_one_block_an_sm(const DecodeAttentionParams& p, const Plan& plan) {
+  return p.batch * p.kv_heads * plan.splits <= plan.sms;
+}
+
+int choose_mma_warps(const DecodeAttentionParams& p, const Plan& plan, const KernelOccupancy& occ) {
+  const int forced = options_of(p).mma_warps;
+  bool eight = forced != 0 ? forced == 8 : mma_one_block_an_sm(p, plan) && plan.keys_per_split <= kEightWarpsMaxKeys;
+  if (eight) eight = occ.mma_resident[1] > 0;
+  return eight ? 8 : 4;
+}
+
+// Cluster or workspace, once the split count is known (tensor-core kernel only: the one-row kernel's
+// cluster variant measured slower, its main loop compiled to fewer registers). On the H200 (GQA 32/8,
+// fp16, third session's kernels) a cluster saves the merge kernel, 1.3-1.6 us, where all blocks fit one
+// wave and they are short: B=1 S=1k (8 splits) 9.1 against 10.7 us, B=8 S=1k (2) 14.6 against 16.4,
+// B=8 S=4k (2) 38.7 against 40.0. It costs more than that where a cluster's blocks, placed within one
+// GPC, are long or many: B=8 S=16k (2 splits) 135.8 against 128.3 us, B=1 S=4k (16) 14.3 against 13.6,
+// B=8 S=1k forced to 8 splits 30.5 against 23.2.
+constexpr int64_t kClusterMaxKeys = 4096;  // keys of all the splits of one cluster
+void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit) {
+  const bool forced = options_of(p).splits > 0;
+  // A few splits more than a cluster holds (a bound a little past a round length, as a per-slot
+  // cache's capacity is): `limit` slightly longer splits as one cluster instead. GQA B=1 with 1088
+  // keys, when choose_splits still rounded up to 9 splits: 8 in a cluster 7.17 us against 9 through
+  // the workspace 7.92 (H200). Rounding down, 1088 keys plan 8 directly; 1152-1280 keys still plan 9-10.
+  if (limit > 1 && !forced && plan->splits > limit && plan->splits <= limit + limit / 4 &&
+      p.kv_len <= kClusterMaxKeys && p.batch * p.kv_heads * plan->row_groups * limit <= plan->sms) {
+    set_splits(p, plan, limit);
+  }
+  const int64_t blocks = p.batch * p.kv_heads * plan->row_groups * plan->splits;
+  plan->cluster = plan->splits > 1 && plan->splits <= limit && p.kv_len <= kClusterMaxKeys && blocks <= plan->sms;
+}
+
+}  // namespace
+
+const DecodeOptions& options_of(const DecodeAttentionParams& p) {
+  static const DecodeOptions defaults;
+  return p.options != nullptr ? *p.options : defaults;
+}
+
+Status check_options(const DecodeOptions& o) {
+  if (o.splits < 0 || (o.mma_warps != 0 && o.mma_warps != 4 && o.mma_warps != 8) || o.mma_blocks_per_sm < 1) {
+    return Status(Code::kInvalidArgument,
+                  "decode_attention_cuda: options need splits >= 0, mma_warps 0, 4 or 8 and mma_blocks_per_sm >= 1; "
+                  "got splits " + std::to_string(o.splits) + ", mma_warps " + std::to_string(o.mma_warps) +
+                      ", mma_blocks_per_sm " + std::to_string(o.mma_blocks_per_sm));
+  }
+  return Status::Ok();
+}
+
+Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
+  const DecodeOptions& o = options_of(p);
+  Plan plan;
+  plan.sms = device.sms;
+  plan.programmatic = !o.no_pdl;
+  const int64_t eb = elem_bytes(p.dtype), D = p.head_dim;
+  const int64_t vec = 16 / eb;
+  plan.vectorised = D % vec == 0 && p.k_stride[3] == 1 && p.v_stride[3] == 1 && aligned16(p.k) &&
+                    aligned16(p.v) && p.k_stride[0] % vec == 0 && p.k_stride[1] % vec == 0 &&
+                    p.k_stride[2] % vec == 0 && p.v_stride[0] % vec == 0 && p.v_stride[1] % vec == 0 &&
+                    p.v_stride[2] % vec == 0;
+  const int64_t R = p.q_heads / p.kv_heads * p.q_len;
+  if (plan.vectorised) {
+    plan.vec = static_cast<int>(vec);
+    const int64_t n_chunks = D / vec;
+    plan.lanes = std::max(8, next_pow2(std::min<int64_t>(n_chunks, 32)));
+    plan.chunks = static_cast<int>((n_chunks + plan.lanes - 1) / plan.lanes);
+    // Rows per block: more rows share each K/V load but cost registers (q and the accumulator
+    // live in registers): at most 4, at most 2 when a lane holds two chunks (fp32, head_dim > 128).
+    const int max_rows = p.mask != nullptr ? 1 : plan.chunks == 1 ? 4 : 2;
+    plan.rows = std::min<int>(max_rows, R <= 1 ? 1 : R <= 2 ? 2 : 4);
+  } else {
+    plan.vec = 1;
+    plan.lanes = 32;
+    plan.chunks = kFallbackChunks;
+    plan.rows = 1;
+  }
+  // Several rows per kv head (GQA, Tq > 1), unmasked, a key of 8/16/32 chunks of 16 bytes: the
+  // shared-memory kernel (decode_attention_rows_cuda.cuh), one row per warp; for 16-bit caches with up
+  // to 16 rows per kv head and head_dim 64 or 128, all rows in one MMA (it copies q rows in 16-byte
+  // chunks too: contiguous head dim, 16-byte aligned rows). Options no_mma keeps the row-per-warp
+  // kernel and mma_mha takes the tensor-core kernel for every unmasked one-row case.
+  // One row per kv head (MHA decode) takes the tensor-core kernel where it covers every (entry, kv
+  // head) in one wave of its two resident blocks per SM without splitting, and the context is short:
+  // on the H200, B=8 S=1k 35.9 against 37.2 us for the one-row kernel, which splits in two and merges;
+  // elsewhere the one-row kernel was as fast or faster (B=1, B=32, S=16k).
+  const int64_t key_chunks = D * eb / 16, entries = p.batch * p.kv_heads;
+  const bool one_wave_short = entries > plan.sms && entries <= 2 * plan.sms && p.kv_len <= 4096;
+  const bool q16 = p.q_stride[3] == 1 && aligned16(p.q) && p.q_stride[0] % vec == 0 && p.q_stride[1] % vec == 0 &&
+                   p.q_stride[2] % vec == 0;
+  const bool mma = eb == 2 && q16 && R <= kMmaMaxRows && (D == 64 || D == 128) && device.mma_compiled &&
+                   !o.no_mma && (R >= 2 || one_wave_short || o.mma_mha);
+  if (plan.vectorised && p.mask == nullptr && (R >= 2 || mma) && D * eb % 16 == 0 &&
+      (key_chunks == 8 || key_chunks == 16 || key_chunks == 32)) {
+    plan.rows_kernel = !mma;
+    plan.mma_kernel = mma;
+    plan.lanes = static_cast<int>(key_chunks);
+    plan.chunks = 1;
+    plan.rows = mma ? kMmaMaxRows : kWarps;
+  }
+  plan.row_groups = (R + plan.rows - 1) / plan.rows;
+  plan.rows_total = p.batch * p.q_heads * p.q_len;
+  return plan;
+}
+
+Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan) {
+  const DecodeOptions& o = options_of(p);
+  if (plan->mma_kernel) {
+    // One block per SM, not the 2 resident ones of the 4-warp kernel: on the H200 (GQA 32/8, fp16)
+    // that was as fast or faster on all 12 shapes of B x S, up to 9% (B = 1, S = 16k); fewer, longer
+    // blocks keep their tile pipeline full and leave half the partials to merge.
+    plan_splits(p, plan, std::max(1, o.mma_blocks_per_sm));
+    plan->mma_warps = choose_mma_warps(p, *plan, occupancy);
+    const int w = plan->mma_warps == 8 ? 1 : 0;
+    if (occupancy.mma_resident[w] == 0) {
+      return Status(Code::kDriver, "decode_attention_cuda: the tensor-core kernel cannot be resident (" +
+                                       std::to_string(mma_smem_bytes(static_cast<int>(p.head_dim), plan->mma_warps)) +
+                                       " bytes of shared memory)");
+    }
+    plan_cluster(p, plan, o.no_cluster ? 1 : occupancy.mma_cluster_limit[w]);
+    // No more blocks than SMs: one an SM, kept so by their shared memory. More (B=32: 256 blocks) run
+    // two an SM, as the 4-warp kernel's occupancy allows.
+    plan->mma_sm_exclusive = mma_one_block_an_sm(p, *plan);
+  } else {
+    plan_splits(p, plan, occupancy.resident);
+    // The one-row kernel, unmasked and not forced: the fewest steps a block (balance_splits).
+    if (!plan->rows_kernel && p.mask == nullptr && o.splits == 0) {
+      balance_splits(p, plan, occupancy.resident, block_step(plan->lanes));
+    }
+  }
+  plan->workspace_bytes = plan->splits <= 1 || plan->cluster
+                              ? 0
+                              : static_cast<size_t>(plan->splits * plan->rows_total * (p.head_dim + 2)) * sizeof(float);
+  return Status::Ok();
+}
+
+}  // namespace decode_plan
+}  // namespace pvt

@@ -1,0 +1,110 @@
+// The plan of a CUDA decode-attention call (decode_attention_cuda.cu launches it): which kernel family
+// and instance, how many splits of the keys, how the splits are merged. Pure host code: the shapes, the
+// options and a few numbers about the device (SM count, the chosen kernel's occupancy) go in as plain
+// values, so the planner is tested without a GPU (tests/native/test_decode_plan.cc).
+//
+// Planning has two steps because the occupancy that sets the split count is that of the kernel instance
+// the first step picks: plan_kernel (family, rows per block, lanes per key), then the launcher asks the
+// device about that instance, then plan_grid (splits, warps, cluster, workspace).
+//
+// The number of splits depends only on host-known sizes (kv_len as an upper bound, batch, heads, the
+// device's SM count and the kernel's occupancy), so a launch never reads the device and can be captured
+// in a CUDA graph; per-entry lengths (cache_seqlens) are read by the kernel, which spreads each entry's
+// own keys over the splits (split_range in decode_attention_common_cuda.cuh).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../core/status.h"
+#include "decode_attention.h"
+
+#if defined(__CUDACC__)
+#define PVT_HOST_DEVICE __host__ __device__
+#else
+#define PVT_HOST_DEVICE
+#endif
+
+namespace pvt {
+namespace decode_plan {
+
+// Shared by the planner and the kernels.
+constexpr int kWarps = 4;                 // warps of a one-row or row-per-warp block
+constexpr int kThreads = kWarps * 32;
+constexpr int kTile = 4;                  // keys per key group whose loads are in flight together (one-row)
+constexpr int kFallbackChunks = 8;        // scalar path: 32 lanes x 8 elements = head_dim 256
+constexpr int kMaxSplits = 128;
+constexpr int64_t kMinKeysPerSplit = 128; // below this a split costs more than it saves (but balance_splits)
+constexpr int kMmaMaxRows = 16;           // the M of the tensor-core kernel's MMA
+constexpr int kMmaStages = 3;             // its tiles in flight: two load while one is used
+constexpr int kMaxClusterSplits = 8;      // most blocks of a cluster: the portable limit (16 measured slower)
+constexpr int kMergeChunk = 16;           // splits merge_splits_kernel reads per L2 round trip
+
+// Keys one pass of a one-row block covers (its unit of work): kTile keys for each of its key groups.
+PVT_HOST_DEVICE constexpr int block_step(int lanes) { return kWarps * (32 / lanes) * kTile; }
+
+// Dynamic shared memory of the tensor-core kernel for head dim D and WARPS warps (tiles of 16 x WARPS
+// keys): kMmaStages stages of a K and a V tile, then the 16 query rows. 4 warps: 100 KiB at D = 128,
+// two blocks an SM; 8 warps: 196 KiB, one.
+PVT_HOST_DEVICE constexpr size_t mma_smem_bytes(int D, int WARPS) {
+  return (static_cast<size_t>(kMmaStages) * 2 * 16 * WARPS + kMmaMaxRows) * D * 2;
+}
+
+// What plan_kernel needs from the device.
+struct DeviceFacts {
+  int64_t sms = 108;          // SM count
+  bool mma_compiled = false;  // the tensor-core kernel has sm_80 code for this device
+};
+
+// What plan_grid needs from the device about the kernel instance plan_kernel picked.
+struct KernelOccupancy {
+  int resident = 4;                      // blocks an SM of the one-row or row-per-warp instance
+  int mma_resident[2] = {0, 0};          // of the tensor-core instance with 4 and with 8 warps (0: cannot run)
+  int mma_cluster_limit[2] = {1, 1};     // kMaxClusterSplits where the device co-schedules clusters of
+                                         // that many blocks of the 4- and 8-warp instance, else 1
+};
+
+struct Plan {
+  bool vectorised = false;
+  int vec = 1;           // elements per chunk
+  int lanes = 32;        // LANES: lanes per key (power of two, 8..32)
+  int chunks = 1;        // CPL: chunks per lane
+  int rows = 1;          // ROWS: query rows per block
+  int64_t row_groups = 1;
+  int64_t splits = 1;
+  int64_t keys_per_split = 0;  // of a bound-long entry: a host estimate (the kernels use split_range)
+  int64_t rows_total = 0;      // B * Hq * Tq: rows of the workspace
+  bool rows_kernel = false;    // decode_attention_rows_kernel: K/V tiles in shared memory, a row per warp
+  bool mma_kernel = false;     // decode_attention_mma_kernel: all rows of a kv head on tensor cores
+  int mma_warps = 4;           // ... with blocks of this many warps (4 or 8: tiles of 64 or 128 keys)
+  bool mma_sm_exclusive = false;  // ... and no more blocks than SMs: launched with the shared memory
+                                  // that keeps one block an SM (sm_exclusive_smem in the launcher)
+  bool cluster = false;        // the splits of a row group are one thread-block cluster: merged in the
+                               // kernel (decode_attention_merge_cuda.cuh), no workspace, no merge kernel
+  bool programmatic = true;    // main kernels as programmatic dependent launches (DecodeOptions::no_pdl)
+  int64_t sms = 0;             // the device's SM count the plan was made for
+  size_t workspace_bytes = 0;  // scratch for the splits' partials (0 with one split or a cluster)
+};
+
+// The options a call runs with: p.options, or the defaults.
+const DecodeOptions& options_of(const DecodeAttentionParams& p);
+
+// Options out of range (negative splits, warps other than 0, 4 or 8, blocks an SM below 1): kInvalidArgument.
+Status check_options(const DecodeOptions& o);
+
+// Step 1: kernel family and block shape (p checked by the caller).
+Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device);
+
+// Step 2: splits, the tensor-core kernel's warps and cluster, the workspace. kDriver where the chosen
+// tensor-core instance cannot be resident on this device.
+Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan);
+
+}  // namespace decode_plan
+
+// The CUDA implementation in two calls (decode_attention_cuda.cu), so that a caller plans once: the plan
+// (for the current device) gives the workspace size, and the launch takes the plan as it is.
+// decode_attention_cuda(p, stream) is both in one.
+Status decode_attention_cuda_plan(const DecodeAttentionParams& p, decode_plan::Plan* plan);
+Status decode_attention_cuda_run(const DecodeAttentionParams& p, const decode_plan::Plan& plan, void* stream);
+
+}  // namespace pvt

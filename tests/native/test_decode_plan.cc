@@ -1,0 +1,231 @@
+// The CUDA decode-attention planner (decode_attention_plan.h) on the host, no GPU: the plan of every shape
+// of a table against the plans the planner made before it was split out of the launcher (commit 362e68b:
+// decode_attention_cuda.cu, compiled with its device queries answered by the numbers below; the program
+// that printed them is not kept). A change of heuristic shows up here as a changed row, on purpose.
+//
+// Device: an H200 as the planner sees it: 132 SMs, the tensor-core kernel compiled for it; occupancy of
+// the kernel instance the plan picks: the one-row kernel 4 blocks an SM (110-112 registers, ptxas -v,
+// docs/H200_DECODE_PARITY.md), the row-per-warp kernel 6 (an input chosen to differ from the one-row
+// kernel's, so that a mixed-up input shows), the tensor-core kernel 2 blocks an SM with 4 warps and 1
+// with 8 (100 and 196 KiB of shared memory of 228 KiB), clusters of 8 co-scheduled for both.
+#include <cstdint>
+#include <string>
+
+#include "harness.h"
+#include "kernels/decode_attention_plan.h"
+
+using namespace pvt;
+using namespace pvt::decode_plan;
+using pvt_test::Report;
+
+namespace {
+
+struct Expected {
+  int vectorised, vec, lanes, chunks, rows;
+  int64_t row_groups, splits, keys_per_split, rows_total;
+  int rows_kernel, mma_kernel, mma_warps, cluster, programmatic;
+  size_t workspace_bytes;
+  int mma_sm_exclusive;
+};
+
+struct Case {
+  const char* name;
+  int dtype;  // ScalarType
+  int64_t B, S, Hq, Hkv, D, Tq;
+  int slot;       // per-slot cache [B, S, Hkv, D] with cache_seqlens (else seq-major [S, B, Hkv, D])
+  int mask;       // a bool mask
+  int unaligned;  // K 2 bytes off 16-byte alignment: the scalar path
+  const char* option;  // one DecodeOptions field set ("" : none, options null)
+  int64_t value;
+  Expected want;
+};
+
+// B in {1, 8, 32} x S in {1k, 4k, 16k, 64k} x MHA 32/32 and GQA 32/8 x seq-major and per-slot, fp16,
+// head_dim 128; then each option, other dtypes and head dims, a mask, Tq 4, an unaligned cache.
+const Case kCases[] = {
+    {"table", 1, 1, 1024, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 64, 32, 0, 0, 4, 0, 1, 266240, 0}},
+    {"table", 1, 1, 1024, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 64, 32, 0, 0, 4, 0, 1, 266240, 0}},
+    {"table", 1, 1, 1024, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 8, 128, 32, 0, 1, 8, 1, 1, 0, 1}},
+    {"table", 1, 1, 1024, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 8, 128, 32, 0, 1, 8, 1, 1, 0, 1}},
+    {"table", 1, 1, 4096, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 256, 32, 0, 0, 4, 0, 1, 266240, 0}},
+    {"table", 1, 1, 4096, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 256, 32, 0, 0, 4, 0, 1, 266240, 0}},
+    {"table", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 16, 256, 32, 0, 1, 8, 0, 1, 266240, 1}},
+    {"table", 1, 1, 4096, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 16, 256, 32, 0, 1, 8, 0, 1, 266240, 1}},
+    {"table", 1, 1, 16384, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 1024, 32, 0, 0, 4, 0, 1, 266240, 0}},
+    {"table", 1, 1, 16384, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 1024, 32, 0, 0, 4, 0, 1, 266240, 0}},
+    {"table", 1, 1, 16384, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 16, 1024, 32, 0, 1, 8, 0, 1, 266240, 1}},
+    {"table", 1, 1, 16384, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 16, 1024, 32, 0, 1, 8, 0, 1, 266240, 1}},
+    {"table", 1, 1, 65536, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 4096, 32, 0, 0, 4, 0, 1, 266240, 0}},
+    {"table", 1, 1, 65536, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 4096, 32, 0, 0, 4, 0, 1, 266240, 0}},
+    {"table", 1, 1, 65536, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 16, 4096, 32, 0, 1, 4, 0, 1, 266240, 1}},
+    {"table", 1, 1, 65536, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 16, 4096, 32, 0, 1, 4, 0, 1, 266240, 1}},
+    {"table", 1, 8, 1024, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 1024, 256, 0, 1, 4, 0, 1, 0, 0}},
+    {"table", 1, 8, 1024, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 1024, 256, 0, 1, 4, 0, 1, 0, 0}},
+    {"table", 1, 8, 1024, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 512, 256, 0, 1, 8, 1, 1, 0, 1}},
+    {"table", 1, 8, 1024, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 512, 256, 0, 1, 8, 1, 1, 0, 1}},
+    {"table", 1, 8, 4096, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 4096, 256, 0, 1, 4, 0, 1, 0, 0}},
+    {"table", 1, 8, 4096, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 4096, 256, 0, 1, 4, 0, 1, 0, 0}},
+    {"table", 1, 8, 4096, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 2048, 256, 0, 1, 8, 1, 1, 0, 1}},
+    {"table", 1, 8, 4096, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 2048, 256, 0, 1, 8, 1, 1, 0, 1}},
+    {"table", 1, 8, 16384, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 2, 8192, 256, 0, 0, 4, 0, 1, 266240, 0}},
+    {"table", 1, 8, 16384, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 2, 8192, 256, 0, 0, 4, 0, 1, 266240, 0}},
+    {"table", 1, 8, 16384, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 8192, 256, 0, 1, 4, 0, 1, 266240, 1}},
+    {"table", 1, 8, 16384, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 8192, 256, 0, 1, 4, 0, 1, 266240, 1}},
+    {"table", 1, 8, 65536, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 2, 32768, 256, 0, 0, 4, 0, 1, 266240, 0}},
+    {"table", 1, 8, 65536, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 2, 32768, 256, 0, 0, 4, 0, 1, 266240, 0}},
+    {"table", 1, 8, 65536, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 32768, 256, 0, 1, 4, 0, 1, 266240, 1}},
+    {"table", 1, 8, 65536, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 32768, 256, 0, 1, 4, 0, 1, 266240, 1}},
+    {"table", 1, 32, 1024, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 1024, 1024, 0, 0, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 1024, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 1024, 1024, 0, 0, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 1024, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 1024, 1024, 0, 1, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 1024, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 1024, 1024, 0, 1, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 4096, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 4096, 1024, 0, 0, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 4096, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 4096, 1024, 0, 0, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 4096, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 4096, 1024, 0, 1, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 4096, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 4096, 1024, 0, 1, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 16384, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 16384, 1024, 0, 0, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 16384, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 16384, 1024, 0, 0, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 16384, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 16384, 1024, 0, 1, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 16384, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 16384, 1024, 0, 1, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 65536, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 65536, 1024, 0, 0, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 65536, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 65536, 1024, 0, 0, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 65536, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 65536, 1024, 0, 1, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 65536, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 65536, 1024, 0, 1, 4, 0, 1, 0, 0}},
+    {"gqa_no_mma", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "no_mma", 1, {1, 8, 16, 1, 4, 1, 32, 128, 32, 1, 0, 4, 0, 1, 532480, 0}},
+    {"gqa_no_mma_b8", 1, 8, 16384, 32, 8, 128, 1, 0, 0, 0, "no_mma", 1, {1, 8, 16, 1, 4, 1, 12, 1366, 256, 1, 0, 4, 0, 1, 1597440, 0}},
+    {"gqa_warps4", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "mma_warps", 4, {1, 8, 16, 1, 16, 1, 16, 256, 32, 0, 1, 4, 0, 1, 266240, 1}},
+    {"gqa_warps8", 1, 8, 16384, 32, 8, 128, 1, 0, 0, 0, "mma_warps", 8, {1, 8, 16, 1, 16, 1, 2, 8192, 256, 0, 1, 8, 0, 1, 266240, 1}},
+    {"gqa_no_cluster", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "no_cluster", 1, {1, 8, 16, 1, 16, 1, 16, 256, 32, 0, 1, 8, 0, 1, 266240, 1}},
+    {"gqa_splits3", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "splits", 3, {1, 8, 16, 1, 16, 1, 3, 1366, 32, 0, 1, 8, 1, 1, 0, 1}},
+    {"gqa_blocks2", 1, 1, 16384, 32, 8, 128, 1, 0, 0, 0, "mma_blocks_per_sm", 2, {1, 8, 16, 1, 16, 1, 33, 497, 32, 0, 1, 4, 0, 1, 549120, 0}},
+    {"mha_mma_mha", 1, 1, 1024, 32, 32, 128, 1, 0, 0, 0, "mma_mha", 1, {1, 8, 16, 1, 16, 1, 4, 256, 32, 0, 1, 8, 1, 1, 0, 1}},
+    {"mha_no_mma_b8", 1, 8, 1024, 32, 32, 128, 1, 0, 0, 0, "no_mma", 1, {1, 8, 16, 1, 1, 1, 2, 512, 256, 0, 0, 4, 0, 1, 266240, 0}},
+    {"mha_splits40", 1, 1, 1024, 32, 32, 128, 1, 0, 0, 0, "splits", 40, {1, 8, 16, 1, 1, 1, 40, 26, 32, 0, 0, 4, 0, 1, 665600, 0}},
+    {"mha_no_pdl", 1, 1, 1024, 32, 32, 128, 1, 0, 0, 0, "no_pdl", 1, {1, 8, 16, 1, 1, 1, 16, 64, 32, 0, 0, 4, 0, 0, 266240, 0}},
+    {"gqa_slot_1088", 1, 1, 1088, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 8, 136, 32, 0, 1, 8, 1, 1, 0, 1}},
+    {"mha_slot_1088", 1, 1, 1088, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 68, 32, 0, 0, 4, 0, 1, 266240, 0}},
+    {"mha_1088", 1, 1, 1088, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 12, 91, 32, 0, 0, 4, 0, 1, 199680, 0}},
+    {"mha_slot_1088_h8", 1, 1, 1088, 8, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 68, 8, 0, 0, 4, 0, 1, 66560, 0}},
+    {"mha_1088_h8", 1, 1, 1088, 8, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 12, 91, 8, 0, 0, 4, 0, 1, 49920, 0}},
+    {"gqa_1280", 1, 1, 1280, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 8, 160, 32, 0, 1, 8, 1, 1, 0, 1}},
+    {"mha_slot_2048_h8", 1, 1, 2048, 8, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 128, 8, 0, 0, 4, 0, 1, 66560, 0}},
+    {"fp32_mha", 0, 1, 4096, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 4, 32, 1, 1, 1, 16, 256, 32, 0, 0, 4, 0, 1, 266240, 0}},
+    {"fp32_d256", 0, 2, 4096, 8, 8, 256, 2, 0, 0, 0, "", 0, {1, 4, 32, 2, 2, 1, 32, 128, 32, 0, 0, 4, 0, 1, 1056768, 0}},
+    {"bf16_gqa", 2, 8, 4096, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 2048, 256, 0, 1, 8, 1, 1, 0, 1}},
+    {"fp16_d64_gqa", 1, 1, 1024, 32, 8, 64, 1, 0, 0, 0, "", 0, {1, 8, 8, 1, 16, 1, 8, 128, 32, 0, 1, 8, 1, 1, 0, 1}},
+    {"fp16_d256_gqa", 1, 4, 8192, 16, 4, 256, 1, 0, 0, 0, "", 0, {1, 8, 32, 1, 4, 1, 49, 168, 64, 1, 0, 4, 0, 1, 3236352, 0}},
+    {"masked_mha", 1, 1, 1024, 32, 32, 128, 1, 0, 1, 0, "", 0, {1, 8, 16, 1, 1, 1, 8, 128, 32, 0, 0, 4, 0, 1, 133120, 0}},
+    {"mha_tq4", 1, 2, 4096, 32, 32, 128, 4, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 2048, 256, 0, 1, 8, 1, 1, 0, 1}},
+    {"unaligned", 1, 1, 4096, 32, 32, 128, 1, 0, 0, 1, "", 0, {0, 1, 32, 8, 1, 1, 16, 256, 32, 0, 0, 4, 0, 1, 266240, 0}},
+    {"fp32_gqa_tq2", 0, 4, 2048, 16, 4, 128, 2, 0, 0, 0, "", 0, {1, 4, 32, 1, 4, 2, 16, 128, 128, 1, 0, 4, 0, 1, 1064960, 0}},
+};
+
+DecodeOptions options_for(const Case& c) {
+  DecodeOptions o;
+  const std::string n = c.option;
+  if (n == "splits") o.splits = c.value;
+  if (n == "no_mma") o.no_mma = c.value != 0;
+  if (n == "mma_mha") o.mma_mha = c.value != 0;
+  if (n == "mma_warps") o.mma_warps = static_cast<int>(c.value);
+  if (n == "no_pdl") o.no_pdl = c.value != 0;
+  if (n == "no_cluster") o.no_cluster = c.value != 0;
+  if (n == "mma_blocks_per_sm") o.mma_blocks_per_sm = static_cast<int>(c.value);
+  return o;
+}
+
+// Plan one case as the launcher does: kernel, then the occupancy of the instance it picked, then grid.
+Status plan_case(const Case& c, const DecodeOptions* options, Plan* plan) {
+  static int32_t lengths[64];  // never read by the planner: only whether the pointers are null
+  DecodeAttentionParams p;
+  p.batch = c.B; p.q_len = c.Tq; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.S;
+  p.dtype = static_cast<ScalarType>(c.dtype);
+  p.scale = 0.1f;
+  p.q = reinterpret_cast<void*>(0x100000);
+  p.out = reinterpret_cast<void*>(0x200000);
+  p.k = reinterpret_cast<void*>(0x300000 + (c.unaligned ? 2 : 0));
+  p.v = reinterpret_cast<void*>(0x400000);
+  const int64_t D = c.D;
+  const int64_t qs[4] = {c.Tq * c.Hq * D, c.Hq * D, D, 1};
+  const int64_t seq[4] = {c.B * c.Hkv * D, c.Hkv * D, D, 1};
+  const int64_t slot[4] = {c.Hkv * D, c.S * c.Hkv * D, D, 1};
+  for (int i = 0; i < 4; ++i) {
+    p.q_stride[i] = p.out_stride[i] = qs[i];
+    p.k_stride[i] = p.v_stride[i] = c.slot ? slot[i] : seq[i];
+  }
+  if (c.slot) p.cache_seqlens = p.kv_batch_index = lengths;
+  if (c.mask) p.mask = lengths, p.mask_type = ScalarType::kBool;
+  p.options = options;
+  *plan = plan_kernel(p, DeviceFacts{132, true});
+  KernelOccupancy occ;
+  occ.resident = plan->rows_kernel ? 6 : 4;
+  occ.mma_resident[0] = 2;
+  occ.mma_resident[1] = 1;
+  occ.mma_cluster_limit[0] = occ.mma_cluster_limit[1] = kMaxClusterSplits;
+  return plan_grid(p, occ, plan);
+}
+
+std::string name_of(const Case& c) {
+  return std::string(c.name) + ".b" + std::to_string(c.B) + ".s" + std::to_string(c.S) + ".h" + std::to_string(c.Hq) +
+         "_" + std::to_string(c.Hkv) + ".d" + std::to_string(c.D) + ".tq" + std::to_string(c.Tq) +
+         (c.slot ? ".slot" : ".seq") + (c.option[0] ? std::string(".") + c.option + "=" + std::to_string(c.value) : "");
+}
+
+void test_table(Report& r) {
+  for (const Case& c : kCases) {
+    const DecodeOptions o = options_for(c);
+    Plan plan;
+    const std::string n = name_of(c);
+    if (!r.ok(plan_case(c, c.option[0] ? &o : nullptr, &plan), n + ".plan")) continue;
+    const Expected& w = c.want;
+    const Expected got{plan.vectorised, plan.vec, plan.lanes, plan.chunks, plan.rows, plan.row_groups, plan.splits,
+                       plan.keys_per_split, plan.rows_total, plan.rows_kernel, plan.mma_kernel, plan.mma_warps,
+                       plan.cluster, plan.programmatic, plan.workspace_bytes, plan.mma_sm_exclusive};
+    r.eq(got.vectorised, w.vectorised, n + ".vectorised");
+    r.eq(got.vec, w.vec, n + ".vec");
+    r.eq(got.lanes, w.lanes, n + ".lanes");
+    r.eq(got.chunks, w.chunks, n + ".chunks");
+    r.eq(got.rows, w.rows, n + ".rows");
+    r.eq(got.row_groups, w.row_groups, n + ".row_groups");
+    r.eq(got.splits, w.splits, n + ".splits");
+    r.eq(got.keys_per_split, w.keys_per_split, n + ".keys_per_split");
+    r.eq(got.rows_total, w.rows_total, n + ".rows_total");
+    r.eq(got.rows_kernel, w.rows_kernel, n + ".rows_kernel");
+    r.eq(got.mma_kernel, w.mma_kernel, n + ".mma_kernel");
+    r.eq(got.mma_warps, w.mma_warps, n + ".mma_warps");
+    r.eq(got.cluster, w.cluster, n + ".cluster");
+    r.eq(got.programmatic, w.programmatic, n + ".programmatic");
+    r.eq(got.workspace_bytes, w.workspace_bytes, n + ".workspace_bytes");
+    r.eq(got.mma_sm_exclusive, w.mma_sm_exclusive, n + ".mma_sm_exclusive");
+  }
+}
+
+// Options out of range are refused with a sentence; a device without room for the tensor-core kernel too.
+void test_errors(Report& r) {
+  DecodeOptions o;
+  r.ok(check_options(o), "errors.defaults_ok");
+  o.splits = -1;
+  r.code(check_options(o), Code::kInvalidArgument, "errors.negative_splits");
+  o = DecodeOptions{};
+  o.mma_warps = 6;
+  r.code(check_options(o), Code::kInvalidArgument, "errors.mma_warps_6");
+  o = DecodeOptions{};
+  o.mma_blocks_per_sm = 0;
+  r.code(check_options(o), Code::kInvalidArgument, "errors.mma_blocks_per_sm_0");
+  const Case& gqa = kCases[2];  // GQA B=1 S=1k: the tensor-core kernel
+  DecodeAttentionParams p;
+  Plan plan;
+  r.ok(plan_case(gqa, nullptr, &plan), "errors.gqa_plans");
+  r.check(plan.mma_kernel, "errors.gqa_is_mma");
+  p.batch = 1; p.q_len = 1; p.q_heads = 32; p.kv_heads = 8; p.head_dim = 128; p.kv_len = 1024;
+  KernelOccupancy none;  // the tensor-core kernel cannot be resident
+  r.code(plan_grid(p, none, &plan), Code::kDriver, "errors.mma_not_resident");
+}
+
+}  // namespace
+
+int main() {
+  Report r;
+  test_table(r);
+  test_errors(r);
+  return r.finish();
+}
