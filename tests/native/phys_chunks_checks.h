@@ -359,6 +359,15 @@ void check_limit(Report& r, pvt::Device dev, size_t cb) {
   pvt::set_mapped_limit(dev, 0);
 }
 
+// After every check: nothing mapped, shared or reserved any more, every mapping undone.
+inline void check_end(Report& r, pvt::Device dev) {
+  const MemoryStats s = pvt::memory_stats(dev);
+  r.eq(s.mapped_bytes, 0, "end.mapped_bytes_zero");
+  r.eq(s.shared_bytes, 0, "end.shared_bytes_zero");
+  r.eq(s.live_regions, 0, "end.live_regions_zero");
+  r.eq(s.map_calls, s.unmap_calls, "end.every_mapping_unmapped");
+}
+
 template <typename Mem>
 void run_all(Report& r, pvt::Device dev, size_t cb) {
   Backend* be = nullptr;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/apis.h"
+#include "alloc_failure_injection.h"
 #include "harness.h"
 #include "kernels/append_tokens.h"
 #include "reference.h"
@@ -20,17 +21,6 @@
 using namespace pvt;
 using pvt_test::Report;
 
-// Allocation-failure injection: while g_fail_after >= 0, the allocation that takes it to -1 throws
-// std::bad_alloc (as a real out-of-memory would). Replaces the global operator new of this program.
-static long g_fail_after = -1;
-
-void* operator new(size_t n) {
-  if (g_fail_after >= 0 && g_fail_after-- == 0) throw std::bad_alloc();
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace {
 

@@ -2,31 +2,21 @@
 // checks of phys_chunks_checks.h, plus what only the host shows: a released chunk's pages are gone,
 // an unmapped chunk is reserved (PROT_NONE) again, one memfd serves any number of chunks, a fork()
 // child never frees its parent's memory, and a host allocation failure mid-alias changes nothing.
+#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <new>
 
+#include "alloc_failure_injection.h"
 #include "phys_chunks_checks.h"
 
 using namespace pvt;
 using pvt_test::Report;
 
-// Allocation-failure injection, as in test_core.cc: the allocation that takes g_fail_after from 0
-// to -1 throws std::bad_alloc.
-static long g_fail_after = -1;
-
-void* operator new(size_t n) {
-  if (g_fail_after >= 0 && g_fail_after-- == 0) throw std::bad_alloc();
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -171,10 +161,6 @@ int main() {
   test_host_memfd(r);
   test_fork(r);
   test_alias_allocation_failures(r);
-  const MemoryStats s = memory_stats(kHost);
-  r.eq(s.mapped_bytes, 0, "end.mapped_bytes_zero");
-  r.eq(s.shared_bytes, 0, "end.shared_bytes_zero");
-  r.eq(s.live_regions, 0, "end.live_regions_zero");
-  r.eq(s.map_calls, s.unmap_calls, "end.every_mapping_unmapped");
+  phys_test::check_end(r, kHost);
   return r.finish();
 }

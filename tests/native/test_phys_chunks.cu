@@ -82,10 +82,6 @@ int main() {
   std::printf("info chunk granularity %zu bytes\n", cb);
   phys_test::run_all<GpuMem>(r, kGpu, cb);
   check_streams(r, cb);
-  const MemoryStats s = memory_stats(kGpu);
-  r.eq(s.mapped_bytes, 0, "end.mapped_bytes_zero");
-  r.eq(s.shared_bytes, 0, "end.shared_bytes_zero");
-  r.eq(s.live_regions, 0, "end.live_regions_zero");
-  r.eq(s.map_calls, s.unmap_calls, "end.every_mapping_unmapped");
+  phys_test::check_end(r, kGpu);
   return r.finish();
 }
