@@ -9,6 +9,10 @@
 // fork ancestor, see below). File offsets cost nothing where no page lives, so the file is never
 // compacted; the released-range lists hold at most the peak number of live chunks.
 // A handle is a position in one offset space over all of the process's memfds (files_).
+// Each mapping whose file range does not continue its neighbour's is a VMA of its own, so the
+// kernel's vm.max_map_count (65530 by default) bounds such mappings: 128 GiB of 2 MiB chunks mapped
+// in an interleaved order; past it mmap fails with ENOMEM (kOutOfMemory). A growing tail gets
+// consecutive file ranges, and its mappings merge into one VMA.
 //
 // fork(): a child shares the chunks its parent had mapped (MAP_SHARED; anonymous memory was
 // copy-on-write) and must never free them under the parent. So the child makes its own memfd at its

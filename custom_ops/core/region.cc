@@ -149,10 +149,9 @@ Status Region::alias_range_impl(const Region& src, size_t src_offset, size_t dst
   }
   PVT_RETURN_IF_ERROR(src.check_range(src_offset, bytes, "alias_range (source)"));
   PVT_RETURN_IF_ERROR(check_range(dst_offset, bytes, "alias_range (destination)"));
-  const std::string range_text = "[" + std::to_string(src_offset) + ", +" + std::to_string(bytes) + ")";
   if (!src.is_mapped(src_offset, bytes)) {
-    return Status(Code::kInvalidArgument,
-                  "alias_range: the source range " + range_text + " is not wholly mapped");
+    return Status(Code::kInvalidArgument, "alias_range: the source range [" + std::to_string(src_offset) +
+                                              ", +" + std::to_string(bytes) + ") is not wholly mapped");
   }
   const size_t src_first = src_offset / chunk_bytes_;
   const size_t first = dst_offset / chunk_bytes_, count = bytes / chunk_bytes_;
