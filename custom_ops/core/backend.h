@@ -1,7 +1,11 @@
-// Backend: the four virtual-memory primitives, one implementation per device kind.
-//   host: mmap(PROT_NONE) reservation, mprotect to commit, madvise(DONTNEED)+mprotect to decommit.
-//   cuda: cuMemAddressReserve / cuMemCreate+cuMemMap+cuMemSetAccess / cuMemUnmap+cuMemRelease.
-// A Region (region.h) is the only caller; it keeps the chunk bookkeeping, the backend keeps none.
+// Backend: the virtual-memory primitives, one implementation per device kind. Physical memory and
+// its mappings are separate, so one physical chunk can be mapped at several addresses (aliases).
+//   host: mmap(PROT_NONE) reservation; chunks are page ranges of a memfd, mapped MAP_SHARED|MAP_FIXED
+//         into it; unmapping puts PROT_NONE anonymous memory back; release punches the pages out.
+//   cuda: cuMemAddressReserve / cuMemCreate / cuMemMap+cuMemSetAccess / cuMemUnmap / cuMemRelease.
+// A Region (region.h) is the only caller; it keeps the chunk bookkeeping (which chunk is mapped
+// where, how many places map it), the backend keeps none beyond what the host needs to hand out
+// memfd offsets.
 // Streams are ordered by events: record_event after work is queued, wait_event before memory that
 // work touches goes away. The host runs nothing asynchronously and has no events.
 #pragma once
@@ -14,7 +18,8 @@
 
 namespace pvt {
 
-// Opaque per-chunk physical handle (CUmemGenericAllocationHandle on CUDA, unused on the host).
+// Opaque handle of one physical chunk (a CUmemGenericAllocationHandle on CUDA; on the host where the
+// chunk's pages live in the backend's memfd).
 using PhysHandle = uint64_t;
 // Opaque event (a CUevent on CUDA); 0 means none.
 using EventHandle = uint64_t;
@@ -28,11 +33,19 @@ class Backend {
   // Reserve `bytes` (a multiple of granularity) of address space; no physical memory.
   virtual Status reserve(size_t bytes, void** base) = 0;
   virtual Status free_reservation(void* base, size_t bytes) = 0;
-  // Back [addr, addr+bytes) with physical memory, readable and writable.
-  virtual Status map(void* addr, size_t bytes, PhysHandle* handle) = 0;
-  // Return [addr, addr+bytes) to the reserved-only state. The caller has waited for every stream
-  // whose work touches the range (Region::record_use / wait_event).
-  virtual Status unmap(void* addr, size_t bytes, PhysHandle handle) = 0;
+  // Create `bytes` (a multiple of granularity) of physical memory, mapped nowhere yet.
+  // kOutOfMemory when the device has no room.
+  virtual Status create_chunk(size_t bytes, PhysHandle* handle) = 0;
+  // Map the whole of `handle` (created with these `bytes`) at [addr, addr+bytes), a reserved range
+  // mapped to nothing else, readable and writable. One handle may be mapped at several addresses at
+  // once: every mapping reads and writes the same bytes. On failure [addr, +bytes) stays unmapped.
+  virtual Status map_chunk(void* addr, size_t bytes, PhysHandle handle) = 0;
+  // Return [addr, addr+bytes) (one whole mapping) to the reserved-only state; the physical chunk
+  // stays (release_chunk frees it). The caller has waited for every stream whose work touches the
+  // range (Region::record_use / wait_event).
+  virtual Status unmap_chunk(void* addr, size_t bytes) = 0;
+  // Free the physical memory of `handle` (created with `bytes`), which is mapped nowhere any more.
+  virtual Status release_chunk(PhysHandle handle, size_t bytes) = 0;
   // Record on `stream` (a cudaStream_t / CUstream; nullptr: the legacy default stream) an event
   // that completes when the work queued on it so far has finished; *event == 0 creates one first.
   // The host leaves *event at 0 (nothing to wait for).

@@ -1,7 +1,10 @@
-// CUDA backend: reserve / map / unmap through the driver's virtual memory management API.
-//   reserve = cuMemAddressReserve            (address space only)
-//   map     = cuMemCreate + cuMemMap + cuMemSetAccess(read/write for this device)
-//   unmap   = cuMemUnmap + cuMemRelease (Region waited for the events of every using stream first)
+// CUDA backend: physical chunks and their mappings through the driver's virtual memory management API.
+//   reserve       = cuMemAddressReserve         (address space only)
+//   create_chunk  = cuMemCreate                 (physical memory, mapped nowhere)
+//   map_chunk     = cuMemMap (offset 0: a chunk is one whole handle) + cuMemSetAccess(read/write for
+//                   this device); one handle mapped at several addresses aliases
+//   unmap_chunk   = cuMemUnmap (Region waited for the events of every using stream first)
+//   release_chunk = cuMemRelease                (after the last mapping is gone)
 //   events  = cuEventCreate(DISABLE_TIMING) / cuEventRecord / cuEventSynchronize
 // Every call runs with the device's primary context current: that is the context the runtime API
 // (Paddle, PyTorch, CuPy) uses, so its kernels can touch what we map.
@@ -112,25 +115,38 @@ class CudaBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status map(void* addr, size_t bytes, PhysHandle* handle) override {
+  Status create_chunk(size_t bytes, PhysHandle* handle) override {
     PVT_CHECK_NOT_FORKED();
     PVT_WITH_CONTEXT(ctx_);
     CUmemGenericAllocationHandle h = 0;
     PVT_CU_CHECK(cuMemCreate(&h, bytes, &prop_, 0));  // kOutOfMemory when the GPU is full
-    const Status s = map_handle(reinterpret_cast<CUdeviceptr>(addr), bytes, h);
-    if (!s.ok()) {
-      // Nothing half-mapped: the physical memory goes back; map_handle undid its own mapping.
-      (void)cuMemRelease(h);
-      return s;
-    }
     *handle = static_cast<PhysHandle>(h);
     return Status::Ok();
   }
 
-  Status unmap(void* addr, size_t bytes, PhysHandle handle) override {
+  Status map_chunk(void* addr, size_t bytes, PhysHandle handle) override {
+    PVT_CHECK_NOT_FORKED();
+    PVT_WITH_CONTEXT(ctx_);
+    const CUdeviceptr ptr = reinterpret_cast<CUdeviceptr>(addr);
+    PVT_CU_CHECK(cuMemMap(ptr, bytes, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0));
+    const CUresult r = cuMemSetAccess(ptr, bytes, &access_, 1);
+    if (r != CUDA_SUCCESS) {
+      (void)cuMemUnmap(ptr, bytes);  // nothing half-mapped
+      return cuda_detail::to_status(r, "cuMemSetAccess(ptr, bytes, &access_, 1)", __FILE__, __LINE__);
+    }
+    return Status::Ok();
+  }
+
+  Status unmap_chunk(void* addr, size_t bytes) override {
     PVT_CHECK_NOT_FORKED();
     PVT_WITH_CONTEXT(ctx_);
     PVT_CU_CHECK(cuMemUnmap(reinterpret_cast<CUdeviceptr>(addr), bytes));
+    return Status::Ok();
+  }
+
+  Status release_chunk(PhysHandle handle, size_t) override {
+    PVT_CHECK_NOT_FORKED();
+    PVT_WITH_CONTEXT(ctx_);
     PVT_CU_CHECK(cuMemRelease(static_cast<CUmemGenericAllocationHandle>(handle)));
     return Status::Ok();
   }
@@ -171,19 +187,6 @@ class CudaBackend final : public Backend {
       : ordinal_(ordinal), ctx_(ctx), prop_(prop), granularity_(gran) {
     access_.location = prop.location;
     access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  }
-
-  // Map `h` at `ptr` and make it readable and writable; on failure leaves `ptr` unmapped.
-  Status map_handle(CUdeviceptr ptr, size_t bytes, CUmemGenericAllocationHandle h) {
-    PVT_CU_CHECK(cuMemMap(ptr, bytes, 0, h, 0));
-    const Status s = set_access(ptr, bytes);
-    if (!s.ok()) (void)cuMemUnmap(ptr, bytes);
-    return s;
-  }
-
-  Status set_access(CUdeviceptr ptr, size_t bytes) {
-    PVT_CU_CHECK(cuMemSetAccess(ptr, bytes, &access_, 1));
-    return Status::Ok();
   }
 
   const int ordinal_;

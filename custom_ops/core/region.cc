@@ -56,7 +56,7 @@ Region::~Region() {
   if (waited) {
     for (auto it = mapped_.begin(); it != mapped_.end();) {
       auto next = std::next(it);
-      (void)unmap_chunk(it);
+      (void)detach(it);
       it = next;
     }
   }
@@ -104,57 +104,144 @@ Status Region::map_range_impl(size_t offset, size_t bytes) {
   const size_t first = offset / chunk_bytes_, last = (offset + bytes) / chunk_bytes_;
   std::vector<size_t> done;
   Status status;
-  for (size_t c = first; c < last && status.ok(); ++c) {
+  for (size_t c = first; c < last; ++c) {
     if (mapped_.count(c)) continue;
-    if (!stats_detail::try_add_mapped(device(), static_cast<int64_t>(chunk_bytes_))) {
-      const MemoryStats s = memory_stats(device());
-      status = Status(Code::kOutOfMemory,
-                      "mapping " + std::to_string(chunk_bytes_) + " more bytes on " +
-                          device().to_string() + " would pass the mapped-memory limit of " +
-                          std::to_string(s.mapped_limit) + " bytes (" +
-                          std::to_string(s.mapped_bytes) + " mapped)");
-      break;
-    }
-    PhysHandle handle = 0;
-    status = backend_->map(base_ + c * chunk_bytes_, chunk_bytes_, &handle);
-    if (status.ok()) {
-      try {
-        mapped_.emplace(c, handle);
-        try {
-          done.push_back(c);
-        } catch (const std::bad_alloc&) {
-          mapped_.erase(c);
-          throw;
-        }
-      } catch (const std::bad_alloc&) {
-        // No room to remember the chunk: give it back now, then undo the rest below.
-        (void)backend_->unmap(base_ + c * chunk_bytes_, chunk_bytes_, handle);
-        status = Status(Code::kOutOfMemory, "map_range: host memory ran out");
-      }
-    }
+    PhysChunk* chunk = nullptr;
+    status = create_phys(&chunk);
+    if (!status.ok()) break;
+    status = attach(c, chunk);
     if (!status.ok()) {
-      stats_detail::add_mapped(device(), -static_cast<int64_t>(chunk_bytes_));
+      (void)release_phys(chunk);
       break;
     }
-    while (prefix_ == c && prefix_ < num_chunks_ && mapped_.count(prefix_)) ++prefix_;
-    stats_detail::add_calls(device(), 1, 0);
+    try {
+      done.push_back(c);
+    } catch (const std::bad_alloc&) {
+      // No room to remember the chunk: give it back now, then undo the rest below.
+      (void)detach(mapped_.find(c));
+      status = Status(Code::kOutOfMemory, "map_range: host memory ran out");
+      break;
+    }
   }
   if (!status.ok()) {
     // All or nothing: give back what this call mapped. Nothing was written to those chunks yet, so
     // no stream needs waiting for.
-    for (size_t c : done) (void)unmap_chunk(mapped_.find(c));
+    for (size_t c : done) (void)detach(mapped_.find(c));
   }
   return status;
 }
 
-Status Region::unmap_chunk(std::map<size_t, PhysHandle>::iterator it) {
+Status Region::alias_range(const Region& src, size_t src_offset, size_t dst_offset, size_t bytes) {
+  return catch_bad_alloc("alias_range", [&] { return alias_range_impl(src, src_offset, dst_offset, bytes); });
+}
+
+Status Region::alias_range_impl(const Region& src, size_t src_offset, size_t dst_offset, size_t bytes) {
+  if (src.backend_ != backend_) {
+    return Status(Code::kInvalidArgument, "alias_range: the source region is on another backend (" +
+                                              src.device().to_string() + ") than the destination (" +
+                                              device().to_string() + ")");
+  }
+  if (src.chunk_bytes_ != chunk_bytes_) {
+    return Status(Code::kInvalidArgument, "alias_range: the source's chunk size " +
+                                              std::to_string(src.chunk_bytes_) +
+                                              " differs from the destination's " +
+                                              std::to_string(chunk_bytes_));
+  }
+  PVT_RETURN_IF_ERROR(src.check_range(src_offset, bytes, "alias_range (source)"));
+  PVT_RETURN_IF_ERROR(check_range(dst_offset, bytes, "alias_range (destination)"));
+  if (!src.is_mapped(src_offset, bytes)) {
+    return Status(Code::kInvalidArgument, "alias_range: the source range [" + std::to_string(src_offset) +
+                                              ", +" + std::to_string(bytes) + ") is not wholly mapped");
+  }
+  const size_t src_first = src_offset / chunk_bytes_;
+  const size_t first = dst_offset / chunk_bytes_, count = bytes / chunk_bytes_;
+  auto taken = mapped_.lower_bound(first);
+  if (taken != mapped_.end() && taken->first < first + count) {
+    return Status(Code::kInvalidArgument, "alias_range: destination chunk " +
+                                              std::to_string(taken->first) +
+                                              " is already mapped (unmap it first)");
+  }
+  Status status;
+  size_t done = 0;
+  for (; done < count; ++done) {
+    status = attach(first + done, src.mapped_.find(src_first + done)->second);
+    if (!status.ok()) break;
+  }
+  if (!status.ok()) {
+    // All or nothing: unmap the aliases made so far (nothing used them yet). The source still maps
+    // each chunk, so none is released.
+    for (size_t c = first; c < first + done; ++c) (void)detach(mapped_.find(c));
+  }
+  return status;
+}
+
+const PhysChunk* Region::phys_chunk(size_t chunk) const {
+  auto it = mapped_.find(chunk);
+  return it == mapped_.end() ? nullptr : it->second;
+}
+
+Status Region::create_phys(PhysChunk** out) {
+  const int64_t cb = static_cast<int64_t>(chunk_bytes_);
+  if (!stats_detail::try_add_mapped(device(), cb)) {
+    const MemoryStats s = memory_stats(device());
+    return catch_bad_alloc("mapping a chunk", [&] {
+      return Status(Code::kOutOfMemory, "mapping " + std::to_string(chunk_bytes_) + " more bytes on " +
+                                            device().to_string() + " would pass the mapped-memory limit of " +
+                                            std::to_string(s.mapped_limit) + " bytes (" +
+                                            std::to_string(s.mapped_bytes) + " mapped)");
+    });
+  }
+  PhysHandle handle = 0;
+  const Status created = backend_->create_chunk(chunk_bytes_, &handle);
+  if (!created.ok()) {
+    stats_detail::add_mapped(device(), -cb);
+    return created;
+  }
+  try {
+    *out = new PhysChunk(handle);
+  } catch (const std::bad_alloc&) {
+    (void)backend_->release_chunk(handle, chunk_bytes_);
+    stats_detail::add_mapped(device(), -cb);
+    return Status(Code::kOutOfMemory, "mapping a chunk: host memory ran out");
+  }
+  return Status::Ok();
+}
+
+Status Region::release_phys(PhysChunk* chunk) {
+  // On failure the chunk stays counted (and leaks): its memory is still held.
+  PVT_RETURN_IF_ERROR(backend_->release_chunk(chunk->handle, chunk_bytes_));
+  delete chunk;
+  stats_detail::add_mapped(device(), -static_cast<int64_t>(chunk_bytes_));
+  return Status::Ok();
+}
+
+Status Region::attach(size_t c, PhysChunk* chunk) {
+  char* addr = base_ + c * chunk_bytes_;
+  PVT_RETURN_IF_ERROR(backend_->map_chunk(addr, chunk_bytes_, chunk->handle));
+  try {
+    mapped_.emplace(c, chunk);
+  } catch (const std::bad_alloc&) {
+    (void)backend_->unmap_chunk(addr, chunk_bytes_);
+    return Status(Code::kOutOfMemory, "mapping a chunk: host memory ran out");
+  }
+  if (chunk->mappings.fetch_add(1) > 0) stats_detail::add_shared(device(), static_cast<int64_t>(chunk_bytes_));
+  while (prefix_ == c && prefix_ < num_chunks_ && mapped_.count(prefix_)) ++prefix_;
+  stats_detail::add_calls(device(), 1, 0);
+  return Status::Ok();
+}
+
+Status Region::detach(std::map<size_t, PhysChunk*>::iterator it) {
   const size_t c = it->first;
-  PVT_RETURN_IF_ERROR(backend_->unmap(base_ + c * chunk_bytes_, chunk_bytes_, it->second));
+  PhysChunk* chunk = it->second;
+  PVT_RETURN_IF_ERROR(backend_->unmap_chunk(base_ + c * chunk_bytes_, chunk_bytes_));
   mapped_.erase(it);
   if (c < prefix_) prefix_ = c;
-  stats_detail::add_mapped(device(), -static_cast<int64_t>(chunk_bytes_));
   stats_detail::add_calls(device(), 0, 1);
-  return Status::Ok();
+  if (chunk->mappings.fetch_sub(1) > 1) {
+    stats_detail::add_shared(device(), -static_cast<int64_t>(chunk_bytes_));
+    return Status::Ok();
+  }
+  return release_phys(chunk);
 }
 
 Status Region::unmap_range(size_t offset, size_t bytes) {
@@ -170,7 +257,7 @@ Status Region::unmap_range_impl(size_t offset, size_t bytes) {
   // O(mapped chunks in the range), however wide the range.
   while (it != mapped_.end() && it->first < last) {
     auto next = std::next(it);
-    PVT_RETURN_IF_ERROR(unmap_chunk(it));
+    PVT_RETURN_IF_ERROR(detach(it));
     it = next;
   }
   return Status::Ok();

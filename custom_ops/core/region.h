@@ -3,8 +3,14 @@
 // callers may grow a tail (the KV cache today) or manage independent sub-ranges (one per sequence).
 //
 // Host memory of the bookkeeping grows with what is mapped, never with what is reserved: a sorted
-// map of mapped chunk -> physical handle, so a reservation of any size the address space allows
+// map of mapped chunk -> its physical chunk, so a reservation of any size the address space allows
 // (terabytes, one-page chunks) costs a few hundred bytes until it is used.
+//
+// Physical chunks are shared: alias_range maps the chunks behind a range of one region into another
+// range (of it or of another region on the same backend), so both ranges read and write the same
+// bytes and nothing is copied. A PhysChunk counts the places it is mapped at and is released when
+// the last one is unmapped; memory_stats() counts its bytes once in mapped_bytes and every further
+// mapping in shared_bytes.
 //
 // Streams: release must not pull memory from under kernels still queued on it. Every stream that
 // used the region (wrote or read it) is remembered with an event recorded after its last use
@@ -12,6 +18,7 @@
 // Not thread-safe by itself: SeqMajorCache serialises access with its own mutex.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -21,6 +28,16 @@
 #include "backend.h"
 
 namespace pvt {
+
+// One physical chunk (a backend handle of one region's chunk size) and the number of places it is
+// mapped at, in any region of its backend. Created by Region::map_range, shared by alias_range,
+// released (and deleted) by the Region that removes its last mapping. The count is atomic: two
+// regions guarded by different locks may unmap aliases of one chunk at the same time.
+struct PhysChunk {
+  explicit PhysChunk(PhysHandle h) : handle(h) {}
+  const PhysHandle handle;
+  std::atomic<int> mappings{0};
+};
 
 class Region {
  public:
@@ -42,6 +59,7 @@ class Region {
   size_t reserved_bytes() const { return chunk_bytes_ * num_chunks_; }
   size_t chunk_bytes() const { return chunk_bytes_; }
   size_t num_chunks() const { return num_chunks_; }
+  // Bytes mapped in this region, aliases included (memory_stats counts physical memory).
   size_t mapped_bytes() const { return chunk_bytes_ * mapped_.size(); }
   bool chunk_mapped(size_t chunk) const { return mapped_.count(chunk) != 0; }
   // True when every byte of [offset, offset+bytes) lies in a mapped chunk.
@@ -50,9 +68,20 @@ class Region {
   // Map every not-yet-mapped chunk in [offset, offset+bytes) (both chunk-aligned). All or nothing:
   // on failure the chunks this call mapped are released again and the region is as before.
   Status map_range(size_t offset, size_t bytes);
-  // Release every mapped chunk in [offset, offset+bytes) (both chunk-aligned), after waiting for
-  // every stream that used the region.
+  // Unmap every mapped chunk in [offset, offset+bytes) (both chunk-aligned), after waiting for
+  // every stream that used the region; a physical chunk mapped nowhere else is released.
   Status unmap_range(size_t offset, size_t bytes);
+  // Map at [dst_offset, dst_offset+bytes) of this region the physical chunks that back
+  // [src_offset, src_offset+bytes) of `src` (this region or another on the same backend): afterwards
+  // both ranges are the same memory. Whole chunks only: kInvalidArgument unless both regions have
+  // the same chunk size and backend, offsets and size are chunk-aligned, every source chunk is mapped
+  // and no destination chunk is (two overlapping ranges of one region never qualify); kOutOfRange
+  // past either reservation. Costs no physical memory (the mapped limit does not apply). All or
+  // nothing: on failure the chunks this call mapped are unmapped and both regions are as before.
+  // The caller serialises access to both regions for the duration of the call.
+  Status alias_range(const Region& src, size_t src_offset, size_t dst_offset, size_t bytes);
+  // The physical chunk mapped at `chunk`, or nullptr: lets callers (and tests) see who shares what.
+  const PhysChunk* phys_chunk(size_t chunk) const;
   // Convenience for a growing tail: map [0, round_up(end)) / release everything from round_up(end).
   Status ensure_mapped(size_t end);
   Status release_from(size_t end);
@@ -70,15 +99,25 @@ class Region {
   Status check_range(size_t offset, size_t bytes, const char* what) const;
   Status map_range_impl(size_t offset, size_t bytes);
   Status unmap_range_impl(size_t offset, size_t bytes);
+  Status alias_range_impl(const Region& src, size_t src_offset, size_t dst_offset, size_t bytes);
   Status wait_uses();
-  // Releases one mapped chunk (the caller waited for the streams) and updates the bookkeeping.
-  Status unmap_chunk(std::map<size_t, PhysHandle>::iterator it);
+  // A new physical chunk of chunk_bytes_, counted against the mapped limit, mapped nowhere yet.
+  // These four return kOutOfMemory instead of throwing when host memory runs out, so callers can
+  // undo what they did before.
+  Status create_phys(PhysChunk** out);
+  // Frees a physical chunk mapped nowhere any more and uncounts it.
+  Status release_phys(PhysChunk* chunk);
+  // Maps `chunk` at chunk index `c` (unmapped) and records it; on failure nothing changed.
+  Status attach(size_t c, PhysChunk* chunk);
+  // Unmaps one chunk (the caller waited for the streams) and updates the bookkeeping; releases its
+  // physical chunk when this was the last mapping.
+  Status detach(std::map<size_t, PhysChunk*>::iterator it);
 
   Backend* backend_;
   char* base_;
   size_t chunk_bytes_;
   size_t num_chunks_;
-  std::map<size_t, PhysHandle> mapped_;  // mapped chunk index -> its physical handle
+  std::map<size_t, PhysChunk*> mapped_;  // mapped chunk index -> its physical chunk
   // Chunks [0, prefix_) are all mapped: a growing tail costs O(new chunks) (times log of the
   // mapped count) per call instead of a scan from chunk 0.
   size_t prefix_ = 0;

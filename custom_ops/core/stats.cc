@@ -94,5 +94,10 @@ void add_calls(Device device, int64_t maps, int64_t unmaps) {
   s.unmap_calls += unmaps;
 }
 
+void add_shared(Device device, int64_t delta) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  table()[device].shared_bytes += delta;
+}
+
 }  // namespace stats_detail
 }  // namespace pvt

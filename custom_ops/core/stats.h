@@ -9,18 +9,22 @@ namespace pvt {
 
 struct MemoryStats {
   int64_t reserved_bytes = 0;     // virtual address space held by live regions
-  int64_t mapped_bytes = 0;       // physical memory currently mapped
+  int64_t mapped_bytes = 0;       // physical memory in use: each chunk once, however many places map it
   int64_t peak_mapped_bytes = 0;  // high-water mark of mapped_bytes since start (or reset)
   int64_t live_regions = 0;       // live reservations (one per cache)
   int64_t live_vtensors = 0;      // live tensors (views) backed by a cache
-  int64_t map_calls = 0;          // chunks mapped since start
-  int64_t unmap_calls = 0;        // chunks unmapped since start
+  int64_t map_calls = 0;          // chunk mappings made since start (aliases included)
+  int64_t unmap_calls = 0;        // chunk mappings removed since start
   int64_t mapped_limit = 0;       // 0: no limit; else mapping past it fails with kOutOfMemory
   int64_t bytes_written = 0;      // bytes the append kernels were given to write into caches
+  // Bytes of the mappings beyond the first of each physical chunk (aliases, Region::alias_range):
+  // virtual bytes that see memory mapped_bytes already counts. Last, so readers that take the fields
+  // in order (pvt_memory_stats) keep their indices.
+  int64_t shared_bytes = 0;
 };
 
 MemoryStats memory_stats(Device device);
-// Cap on mapped_bytes for `device` (0 removes the cap). Lets users bound the cache's footprint, and
+// Cap on mapped_bytes (physical memory; an alias costs none) for `device` (0 removes the cap). Lets users bound the cache's footprint, and
 // lets tests provoke kOutOfMemory without exhausting the machine.
 void set_mapped_limit(Device device, int64_t bytes);
 void reset_peak_mapped(Device device);
@@ -41,6 +45,7 @@ void add_mapped(Device device, int64_t delta);  // unconditional; negative on un
 void add_reserved(Device device, int64_t delta, int64_t regions_delta);
 void add_views(Device device, int64_t delta);
 void add_calls(Device device, int64_t maps, int64_t unmaps);
+void add_shared(Device device, int64_t delta);  // negative when an alias goes
 }  // namespace stats_detail
 
 }  // namespace pvt

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/apis.h"
+#include "alloc_failure_injection.h"
 #include "harness.h"
 #include "kernels/append_tokens.h"
 #include "reference.h"
@@ -20,17 +21,6 @@
 using namespace pvt;
 using pvt_test::Report;
 
-// Allocation-failure injection: while g_fail_after >= 0, the allocation that takes it to -1 throws
-// std::bad_alloc (as a real out-of-memory would). Replaces the global operator new of this program.
-static long g_fail_after = -1;
-
-void* operator new(size_t n) {
-  if (g_fail_after >= 0 && g_fail_after-- == 0) throw std::bad_alloc();
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -45,14 +35,16 @@ void test_backend(Report& r) {
   if (!r.ok(be->reserve(4 * page, &base), "backend.reserve")) return;
   char* p = static_cast<char*>(base) + page;
   PhysHandle h = 0;
-  if (r.ok(be->map(p, page, &h), "backend.map")) {
+  if (r.ok(be->create_chunk(page, &h), "backend.create") && r.ok(be->map_chunk(p, page, h), "backend.map")) {
     std::memset(p, 0x5a, page);
     r.check(p[0] == 0x5a && p[page - 1] == 0x5a, "backend.mapped_memory_writable");
-    r.ok(be->unmap(p, page, h), "backend.unmap");
-    // Remapping gives fresh (zeroed) pages: the old contents really went away.
-    if (r.ok(be->map(p, page, &h), "backend.remap")) {
+    r.ok(be->unmap_chunk(p, page), "backend.unmap");
+    r.ok(be->release_chunk(h, page), "backend.release");
+    // A new chunk at the same place gives fresh (zeroed) pages: the old contents really went away.
+    if (r.ok(be->create_chunk(page, &h), "backend.recreate") && r.ok(be->map_chunk(p, page, h), "backend.remap")) {
       r.check(p[0] == 0 && p[page - 1] == 0, "backend.remap_is_fresh", "old bytes survived unmap");
-      r.ok(be->unmap(p, page, h), "backend.unmap_again");
+      r.ok(be->unmap_chunk(p, page), "backend.unmap_again");
+      r.ok(be->release_chunk(h, page), "backend.release_again");
     }
   }
   r.ok(be->free_reservation(base, 4 * page), "backend.free_reservation");

@@ -403,12 +403,14 @@ class UnmapObserver final : public Backend {
   size_t granularity() const override { return real_->granularity(); }
   Status reserve(size_t bytes, void** base) override { return real_->reserve(bytes, base); }
   Status free_reservation(void* base, size_t bytes) override { return real_->free_reservation(base, bytes); }
-  Status map(void* addr, size_t bytes, PhysHandle* h) override { return real_->map(addr, bytes, h); }
-  Status unmap(void* addr, size_t bytes, PhysHandle h) override {
+  Status create_chunk(size_t bytes, PhysHandle* h) override { return real_->create_chunk(bytes, h); }
+  Status map_chunk(void* addr, size_t bytes, PhysHandle h) override { return real_->map_chunk(addr, bytes, h); }
+  Status unmap_chunk(void* addr, size_t bytes) override {
     ++unmaps;
     if (watch != nullptr && cudaEventQuery(watch) == cudaErrorNotReady) ++unmaps_while_reading;
-    return real_->unmap(addr, bytes, h);
+    return real_->unmap_chunk(addr, bytes);
   }
+  Status release_chunk(PhysHandle h, size_t bytes) override { return real_->release_chunk(h, bytes); }
   Status record_event(void* stream, EventHandle* e) override { return real_->record_event(stream, e); }
   Status wait_event(EventHandle e) override { return real_->wait_event(e); }
   void destroy_event(EventHandle e) override { real_->destroy_event(e); }
