@@ -22,6 +22,7 @@ cmake --build build/native -j2 > /dev/null
 ./build/native/test_speculative_accept
 ./build/native/test_attention_cpu
 ./build/native/test_decode_plan
+./build/native/test_phys_chunks
 if command -v nvcc > /dev/null; then
   echo "== nvcc compile check of every CUDA source (no GPU needed)"
   bash scripts/compile_cuda.sh
