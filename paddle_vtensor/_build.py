@@ -16,6 +16,10 @@ def with_cuda() -> bool:
     return bool(paddle.is_compiled_with_cuda())
 
 
+# Compiled only into bench-host's own extension (paddle_vtensor/bench/bench_host.py), never the library.
+BENCH_ONLY_SOURCE = "custom_ops/paddle/bench_host_ops.cc"
+
+
 def sources(cuda: bool) -> list[str]:
     """Every C++ source of the extension, collected by pattern (core, kernels, adapter, passes)."""
     patterns = ["custom_ops/core/*.cc", "custom_ops/kernels/*.cc", "custom_ops/paddle/*.cc", "passes/*.cc"]
@@ -24,7 +28,7 @@ def sources(cuda: bool) -> list[str]:
     found: list[str] = []
     for pattern in patterns:
         found += sorted(glob.glob(os.path.join(ROOT, pattern)))
-    return found
+    return [path for path in found if os.path.relpath(path, ROOT) != BENCH_ONLY_SOURCE]
 
 
 # -fno-wrapv undoes the -fwrapv that setuptools copies from Python's own CFLAGS: with it the host

@@ -1,16 +1,14 @@
 """Every bad input: a clear, typed error naming the problem, and the cache left byte-identical.
 
-One test (or more) per row of the error table (README "Errors", paddle_vtensor.api.ERRORS).
+One test (or more) per row of the error table (paddle_vtensor.errors: its docstring, ERRORS).
 """
-import ctypes
-
 import numpy as np
 import pytest
 from conftest import rand, to_np
 
 import paddle
 import paddle_vtensor as pvt
-from paddle_vtensor import _ops, api
+from paddle_vtensor import _ops, api, errors
 
 
 def snapshot(cache):
@@ -32,7 +30,7 @@ def make_cache():
 
 
 def capacity(cache) -> int:
-    return api._cache_info(cache)[4]
+    return api._cache_info(cache)["capacity_tokens"]
 
 
 # ---- row "a check at an op's entry" -> ValueError, through every function, cache unchanged ----
@@ -166,17 +164,17 @@ def test_out_of_memory_is_an_error_and_cache_stays_usable():
 def test_every_status_code_has_one_exception():
     """The table covers every code the C++ side can report, and maps an op's error text by it
     (DriverError, Unsupported and Conflict cannot be provoked on a CPU build: mapped from the text)."""
-    lib = _ops.lib()
     names = []
     code = 1  # 0 is Ok
-    while lib.pvt_code_name(code) is not None:
-        names.append(lib.pvt_code_name(code).decode())
+    while _ops.c.code_name(code) is not None:
+        names.append(_ops.c.code_name(code))
         code += 1
-    assert set(names) == set(api.ERRORS), (names, sorted(api.ERRORS))
+    assert set(names) == set(errors.ERRORS), (names, sorted(errors.ERRORS))
     for name in names:
-        err = api._failure("append", OSError(f"vtensor_append: {name}: what happened\n  [x.cc:1]"), {})
-        assert type(err) is api.ERRORS[name]
-        assert str(err) == f"vtensor_append: {name}: what happened"
+        for bad_input in (ValueError, pvt.SlotError):
+            err = errors.from_op_error(OSError(f"vtensor_append: {name}: what happened\n  [x.cc:1]"), None, bad_input)
+            assert type(err) is (errors.ERRORS[name] or bad_input)
+            assert str(err) == f"vtensor_append: {name}: what happened"
     err = api._failure("append", OSError("vtensor_append: tokens must hold at least one token"), {})
     assert type(err) is ValueError
 
@@ -240,14 +238,12 @@ def test_raw_op_checks(ops):
     ("vtensor_decode_attention", (None, None, None, None, 1.0)),
 ])
 def test_raw_ops_refuse_none_instead_of_crashing(ops, op, args):
-    from paddle import _C_ops
-
     with pytest.raises(OSError, match="must be a tensor, got None"):
-        _C_ops._run_custom_op(op, *args)
+        _ops.run(op, *args)
 
 
 def test_set_mapped_limit_c_entry_refuses_negative():
-    err = ctypes.create_string_buffer(256)
-    assert _ops.lib().pvt_set_mapped_limit(0, 0, -1, err, len(err)) == 1
-    assert b"limit_bytes must be >= 0" in err.value
+    code, text = _ops.c.set_mapped_limit(0, 0, -1)
+    assert _ops.c.code_name(code) == "InvalidArgument"
+    assert text == "InvalidArgument: limit_bytes must be >= 0 (0 or None: no limit), got -1"
     assert pvt.memory_stats("cpu")["mapped_limit"] == 0

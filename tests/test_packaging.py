@@ -47,7 +47,7 @@ def test_an_installed_package_without_a_usable_library_says_how_to_rebuild(monke
     monkeypatch.setattr(_packaged, "find", lambda: (None, "/x/_lib was built for paddle 0.0.1 (CPU)"))
     with pytest.raises(RuntimeError, match=r"no ops library for this paddle \(/x/_lib was built for paddle 0.0.1 "
                                            r"\(CPU\)\)\. Rebuild .*pip install --no-build-isolation"):
-        _ops._jit_build()
+        _ops._loader._jit_build()
 
 
 def test_the_ops_are_compiled_without_wrapv():
@@ -61,7 +61,7 @@ def test_the_ops_are_compiled_without_wrapv():
 
     if shutil.which("readelf") is None:
         pytest.skip("readelf is not installed")
-    path = _ops.lib()._name
+    path = _ops.library_path()
     info = subprocess.run(["readelf", "--debug-dump=info", path], capture_output=True, text=True).stdout
     producers = {line.split(":", 2)[-1].strip() for line in info.splitlines() if "DW_AT_producer" in line}
     producers = {p for p in producers if "-fwrapv" in p or "-fno-wrapv" in p}

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import paddle
 import paddle_vtensor as pvt
-from paddle_vtensor.speculative_accept import accept_launches, speculative_accept
+from paddle_vtensor.generation.speculative_accept import accept_launches, speculative_accept
 
 NUM_SLOTS = 6
 CAPACITY = 64

@@ -28,13 +28,11 @@ import types
 import paddle
 
 from .. import api
+from ..errors import UnsupportedModelError
 from ..attention import decode_attention
 
 _CACHE_DTYPES = (paddle.float32, paddle.float16, paddle.bfloat16)
 
-
-class UnsupportedModelError(TypeError):
-    """The model (or a call it makes) cannot use VTensor caches; nothing was changed."""
 
 
 @dataclasses.dataclass
