@@ -2,6 +2,8 @@
 
 One test (or more) per row of the error table (paddle_vtensor.errors: its docstring, ERRORS).
 """
+import re
+
 import numpy as np
 import pytest
 from conftest import rand, to_np
@@ -246,4 +248,91 @@ def test_set_mapped_limit_c_entry_refuses_negative():
     code, text = _ops.c.set_mapped_limit(0, 0, -1)
     assert _ops.c.code_name(code) == "InvalidArgument"
     assert text == "InvalidArgument: limit_bytes must be >= 0 (0 or None: no limit), got -1"
+    assert pvt.memory_stats("cpu")["mapped_limit"] == 0
+
+
+# ---- the table in paddle_vtensor/errors.py's docstring (README copies it), walked row by row ----
+
+def _table_rows():
+    """(code, exception names) of each row of the docstring's table."""
+    rows = []
+    for line in errors.__doc__.splitlines():
+        m = re.match(r"^(\(none\)|[A-Z]\w+)\s{2,}(\S+(?: / \S+)?)\s{2,}", line)
+        if m and m.group(1) != "code":
+            rows.append((m.group(1), m.group(2).split(" / ")))
+    return rows
+
+
+def _slot_cache():
+    return pvt.slot_cache(2, 8, 1, 8, chunk_bytes=4096)
+
+
+def _slot_attention(cache_seqlens):
+    k, v = _slot_cache(), _slot_cache()
+    pvt.attention_with_kvcache(rand([1, 1, 8]), k, v, cache_seqlens, k_new=rand([1, 1, 8]), v_new=rand([1, 1, 8]),
+                               cu_seqlens_q=[0, 1])
+
+
+def _past_reservation():
+    cache = pvt.from_dense(rand([1, 2, 1, 8]), max_seq_len=2, chunk_bytes=4096)
+    pvt.append(cache, rand([1, 1, 1, 8]))
+
+
+def _over_the_limit(call):
+    def run():
+        pvt.set_mapped_limit(pvt.memory_stats("cpu")["mapped_bytes"] + 4096, "cpu")
+        try:
+            call()
+        finally:
+            pvt.set_mapped_limit(0, "cpu")
+    return run
+
+
+# A real call that makes the library report each code, through each door that reports it: an op
+# (vtensor_*), a C entry point (slots, set_mapped_limit), the slot API's op (vtensor_slot_*).
+PROVOKE = {
+    "(none)": [(lambda: pvt.append(make_cache(), rand([2, 1, 3, 4])), ValueError, "^vtensor_append: tokens "),
+               (lambda: _slot_attention(paddle.zeros([2], "int64")), pvt.SlotError,
+                "^vtensor_slot_attention: cache_seqlens must be int32")],
+    "InvalidArgument": [(lambda: pvt.from_dense(paddle.zeros([0, 2, 1, 4])), ValueError,
+                         "^vtensor_from_dense: InvalidArgument: "),
+                        (lambda: pvt.set_mapped_limit(-5, "cpu"), ValueError, "^set_mapped_limit: InvalidArgument: "),
+                        (lambda: pvt.reserve_slot(rand([2, 8, 1, 8]), 0, 1), pvt.SlotError,
+                         "^reserve_slot: InvalidArgument: the tensor is not a slot cache")],
+    "OutOfRange": [(_past_reservation, pvt.ReservationFullError, "^vtensor_append: OutOfRange: "),
+                   (lambda: pvt.reserve_slot(_slot_cache(), 0, 9), pvt.ReservationFullError,
+                    "^reserve_slot: OutOfRange: ")],
+    "OutOfMemory": [(_over_the_limit(lambda: pvt.append(pvt.from_dense(rand([2, 1, 3, 8]), max_seq_len=4096,
+                                                                       chunk_bytes=4096),
+                                                        rand([2, 200, 3, 8]))),
+                     pvt.VTensorOutOfMemoryError, "^vtensor_append: OutOfMemory: "),
+                    (_over_the_limit(lambda: pvt.reserve_slot(pvt.slot_cache(2, 4096, 1, 8, chunk_bytes=4096), 0, 4096)),
+                     pvt.VTensorOutOfMemoryError, "^reserve_slot: OutOfMemory: "),
+                    (lambda: pvt.from_dense(rand([1, 2, 1, 4]), max_seq_len=2**50), pvt.VTensorOutOfMemoryError,
+                     "^vtensor_from_dense: OutOfMemory: ")],
+}
+# Not reachable on a CPU build from Python: DriverError (a failing OS/CUDA call other than running
+# out of memory), Unsupported (a GPU tensor without CUDA kernels), Conflict (the ops copy instead).
+UNREACHABLE_ON_CPU = {"DriverError", "Unsupported", "Conflict"}
+
+
+def test_the_docstring_table_is_the_table():
+    rows = dict(_table_rows())
+    assert set(rows) == {"(none)"} | set(errors.ERRORS)
+    for code, names in rows.items():
+        cls = errors.ERRORS.get(code)
+        want = ["ValueError", "SlotError"] if cls is None else [cls.__name__]
+        assert names == want, (code, names)
+    assert set(PROVOKE) | UNREACHABLE_ON_CPU == set(rows)
+
+
+@pytest.mark.parametrize("code, i", [(code, i) for code in sorted(PROVOKE) for i in range(len(PROVOKE[code]))])
+def test_each_code_raises_its_class_from_a_real_call(code, i):
+    call, cls, match = PROVOKE[code][i]
+    with pytest.raises(Exception) as info:
+        call()
+    assert type(info.value) is cls, (code, type(info.value), str(info.value))
+    assert re.search(match, str(info.value)), str(info.value)
+    assert errors.ERRORS.get(code) in (None, cls)  # the row's class (None: the door's bad-input class)
+    del info  # its traceback holds the caches
     assert pvt.memory_stats("cpu")["mapped_limit"] == 0

@@ -90,10 +90,8 @@ def test_the_python_mirror_is_the_header_exactly():
 
 
 def test_python_spells_no_name_outside_the_mirror():
-    """No module of the package but _op_names.py writes an op, pass or attribute name as a string
-    (an attribute name that is also an ordinary word, e.g. "scale", counts only as a dict key or
-    call argument would not: op and pass names are checked everywhere, attribute names nowhere
-    but as whole strings in op calls, which go through _ops.run with positional attributes)."""
+    """No module of the package but _op_names.py writes an op or pass name as a string constant
+    (attribute names are ordinary words, "scale", "layer": the ops take attributes by position)."""
     import ast
 
     _, ops, _, passes = _header()

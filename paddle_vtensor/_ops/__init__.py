@@ -49,7 +49,11 @@ def run(op: str, *args) -> list:
     """Op ``op`` (a name from _op_names) on ``args``: inputs first, then attributes, as the op's
     PD_BUILD_OP declares them. Returns the list of its outputs."""
     _load()
-    return _C_ops._run_custom_op(op, *args)
+    try:
+        return _C_ops._run_custom_op(op, *args)
+    except BaseException:
+        del args  # the traceback keeps this frame: it must not keep the inputs (a migrated copy) alive
+        raise
 
 
 _fast_module = None
