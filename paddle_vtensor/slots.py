@@ -244,23 +244,24 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k_new=None, v_new
         slots = slots.to(place) if "gpu" in str(place).lower() else slots
     else:
         slots = _int32(slot_ids, "slot_ids", place)
-    lens = _int32(cache_seqlens, "cache_seqlens", place)
-    if (k_new is None and v_new is None and slots.shape == [n] and cu.shape == [n + 1] and lens.ndim == 1
-            and lens.dtype == paddle.int32):
+    cache_seqlens = _int32(cache_seqlens, "cache_seqlens", place)
+    if (k_new is None and v_new is None and slots.shape == [n] and cu.shape == [n + 1] and cache_seqlens.ndim == 1
+            and cache_seqlens.dtype == paddle.int32):
         # The new tokens' K/V are already in the cache: the kernel's "length before the new tokens"
         # is cache_seqlens minus each sequence's query count (computed where the lengths live).
         counts = (cu[1:] - cu[:-1]).astype("int32")
         if "cpu" in str(place).lower():
-            before = lens.numpy()[slots.numpy()] - counts.numpy()
+            before = cache_seqlens.numpy()[slots.numpy()] - counts.numpy()
             if (before < 0).any():
                 b = int(np.argmax(before < 0))
                 raise SlotError(f"attention_with_kvcache: slot {int(slots.numpy()[b])} holds "
-                                f"{int(lens.numpy()[slots.numpy()[b]])} tokens, fewer than its {int(counts.numpy()[b])} queries")
-        lens = paddle.scatter(lens, slots, paddle.gather(lens, slots) - counts)
+                                f"{int(cache_seqlens.numpy()[slots.numpy()[b]])} tokens, fewer than its {int(counts.numpy()[b])} queries")
+        # A new tensor (the caller's is not modified), with the op's meaning of cache_seqlens.
+        cache_seqlens = paddle.scatter(cache_seqlens, slots, paddle.gather(cache_seqlens, slots) - counts)
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
     if not math.isfinite(scale):
         raise SlotError(f"attention_with_kvcache: softmax_scale must be finite, got {scale}")
-    out = _run(PVT_OP_SLOT_ATTENTION, q, k_storage, v_storage, lens, k_new, v_new, cu, slots, int(layer), scale,
+    out = _run(PVT_OP_SLOT_ATTENTION, q, k_storage, v_storage, cache_seqlens, k_new, v_new, cu, slots, int(layer), scale,
                bool(causal), int(max_seqlen_q or 0), int(max_seqlen_k or 0))
     return out.reshape([n, -1, out.shape[1], out.shape[2]]) if batched else out
 

@@ -69,3 +69,23 @@ def test_the_ops_are_compiled_without_wrapv():
         pytest.skip("the library carries no record of its compile flags")
     for p in producers:  # gcc applies the last of -fwrapv / -fno-wrapv
         assert p.rfind("-fno-wrapv") > p.rfind("-fwrapv"), p
+
+
+def test_the_distribution_ships_every_subpackage_the_command_line_needs(tmp_path):
+    """What `pip install .` copies: setup.py's package list, as setuptools records it (egg_info's
+    SOURCES.txt, without building the ops). The command line (bench/) and the generation
+    strategies must be in it, the old tools/ not."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    proc = subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sources = set((tmp_path / "paddle_vtensor.egg-info" / "SOURCES.txt").read_text().split())
+    for name in ("__main__.py", "errors.py", "_env.py", "_op_names.py", "_ops/__init__.py", "_ops/c.py",
+                 "_ops/_loader.py", "bench/cli.py", "bench/demo.py", "bench/tiny_llama.py", "bench/sp_rank.py",
+                 "generation/inflight.py", "generation/speculative_accept.py", "integration/_hooks.py"):
+        assert f"paddle_vtensor/{name}" in sources, name
+    assert not [s for s in sources if s.startswith("paddle_vtensor/tools")]
