@@ -34,7 +34,6 @@ from paddle import _C_ops  # transpose only: Paddle's own op, the cheapest free 
 
 from . import _env, _ops, errors
 from ._op_names import (PVT_OP_APPEND, PVT_OP_FROM_DENSE, PVT_OP_RESERVE_ONE_TOKEN, PVT_OP_TRUNCATE)
-from .errors import ReservationFullError, VTensorError, VTensorOutOfMemoryError  # noqa: F401  (re-exported)
 
 
 def _failure(fn: str, error: Exception, tensors: dict) -> Exception:
