@@ -58,6 +58,7 @@ class Case:
 def bench_ops():
     """The bench-only extension (do-nothing ops, attention kernel timer), built once per source."""
     import fcntl
+    import glob
     import hashlib
 
     import paddle
@@ -65,20 +66,21 @@ def bench_ops():
 
     from .. import _build, _env
 
-    # The bench ops sit next to the adapter they measure; _build.sources() leaves them out of the library.
-    sources = [os.path.join(_build.ROOT, *_build.BENCH_ONLY_SOURCE.split("/")),
-               os.path.join(_build.ROOT, "custom_ops", "kernels", "decode_attention_cpu.cc"),
-               os.path.join(_build.ROOT, "custom_ops", "core", "status.cc")]
-    digest = hashlib.sha256(paddle.__version__.encode())
-    for path in sources + [os.path.join(_build.ROOT, "custom_ops", "kernels", "decode_attention.h")]:
+    # The bench ops sit next to the adapter they measure (_build.sources() leaves them out of the
+    # library), with the core and host kernels by pattern and the library's flags, so the kernel
+    # timed alone is the one the op runs.
+    sources = [os.path.join(_build.ROOT, *_build.BENCH_ONLY_SOURCE.split("/"))] + _build.host_sources()
+    digest = hashlib.sha256(" ".join([paddle.__version__] + _build.CXX_FLAGS).encode())
+    headers = glob.glob(os.path.join(_build.ROOT, "custom_ops", "**", "*.h"), recursive=True)
+    for path in sources + sorted(headers):
         with open(path, "rb") as f:
             digest.update(f.read())
     build_dir = os.path.join(_env.build_dir(), "bench_host", digest.hexdigest()[:16])
     os.makedirs(build_dir, exist_ok=True)
     with open(os.path.join(build_dir, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return cpp_extension.load(name="pvt_bench_host_ops", sources=sources, extra_cxx_cflags=["-O2", "-std=c++17"],
-                                  build_directory=build_dir, verbose=False)
+        return cpp_extension.load(name="pvt_bench_host_ops", sources=sources, extra_cxx_cflags=list(_build.CXX_FLAGS),
+                                  build_directory=build_dir, verbose=_env.verbose_build())
 
 
 def interleaved(cases: list[Case], calls: int, rounds: int) -> tuple[dict, dict]:
