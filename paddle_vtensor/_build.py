@@ -1,5 +1,5 @@
 """Where the extension's sources are and how to compile them: shared by setup_ops.py and the
-just-in-time build in _ops.py, so the two can never disagree on sources or flags."""
+just-in-time build in _ops/_loader.py, so the two can never disagree on sources or flags."""
 from __future__ import annotations
 
 import glob

@@ -94,3 +94,15 @@ def test_defaults_and_a_bad_value(monkeypatch):
     monkeypatch.setenv("PADDLE_VTENSOR_MAX_SEQ_LEN", "lots")
     with pytest.raises(ValueError, match="PADDLE_VTENSOR_MAX_SEQ_LEN='lots' is not an integer"):
         _env.max_seq_len()
+
+
+def test_only_env_reads_the_python_knobs():
+    offenders = []
+    for path in glob.glob(os.path.join(ROOT, "paddle_vtensor", "**", "*.py"), recursive=True):
+        if os.path.basename(path) == "_env.py":
+            continue
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                if re.search(r"""(environ|getenv)\S*\s*[\[(]\s*["']PADDLE_VTENSOR_""", line):
+                    offenders.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
+    assert not offenders, offenders
