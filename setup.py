@@ -57,7 +57,7 @@ setup(
     name="paddle-vtensor",
     version=_version(),
     description="KV caches that grow in place in virtual memory, for PaddlePaddle",
-    # Namespace-style: paddle_vtensor/tools has no __init__.py.
+    # Every subpackage: the API, _ops/, integration/, generation/ and bench/ (the command line).
     packages=find_namespace_packages(include=["paddle_vtensor", "paddle_vtensor.*"], exclude=["*.__pycache__"]),
     python_requires=">=3.9",
     install_requires=["numpy"],

@@ -1,8 +1,9 @@
 // One spelling of every op, attribute and pass name shared by the ops (custom_ops/paddle) and the
 // PIR pass (passes/), so the pass can never build an op under a name or attribute the ops do not
-// register. tests/test_op_names.py checks these against the registered ops and that no other file
-// spells them. Op names are tokens because PD_BUILD_OP stringizes its argument; register an op
-// with PVT_BUILD_OP(PVT_OP_...), which expands the token first.
+// register. paddle_vtensor/_op_names.py is their Python mirror (Python takes every name from it).
+// tests/test_op_names.py checks these against the registered ops, the mirror against this header
+// (both directions), and that no other file spells them. Op names are tokens because PD_BUILD_OP
+// stringizes its argument; register an op with PVT_BUILD_OP(PVT_OP_...), which expands the token first.
 #pragma once
 
 #define PVT_OP_APPEND vtensor_append

@@ -4,12 +4,21 @@
     k = pvt.append(k, new_k)          # [B, S, H, D] + [B, T, H, D] -> [B, S + T, H, D], in place
     k = pvt.truncate(k, n)            # roll back without copying
     pvt.memory_stats("cpu")
+
+The package, by room:
+
+* the API, here: api.py (seq-major VTensor caches), attention.py, merge.py, slots.py (slot caches),
+  errors.py (every exception and the one error table), passes.py / static_export.py (static
+  graphs), integration/ (PaddleNLP models unchanged);
+* generation/: generation strategies over slot caches (inflight, speculative, speculative_accept,
+  model_runner, distributed);
+* bench/: the command line ``python -m paddle_vtensor <command>``, its benchmarks and demo models;
+  nothing in the library imports it;
+* private: _ops/ (the one way into the compiled library), _op_names.py (op_names.h's names),
+  _env.py (every environment knob), _build.py / _packaged.py / _installed_check.py (building it).
 """
 from .api import (
     Config,
-    ReservationFullError,
-    VTensorError,
-    VTensorOutOfMemoryError,
     append,
     configure,
     from_dense,
@@ -21,12 +30,18 @@ from .api import (
     storage_view,
     truncate,
 )
-
 from .attention import decode_attention
+from .errors import (
+    ReservationFullError,
+    SlotError,
+    SpeculativeError,
+    UnsupportedModelError,
+    VTensorError,
+    VTensorOutOfMemoryError,
+)
 from .merge import merge_attention_states
 from .slots import (
     LayerKV,
-    SlotError,
     SlotKVCache,
     attention_with_kvcache,
     check_slot_errors,
@@ -38,24 +53,24 @@ from .slots import (
     slot_kv_cache,
 )
 
-# The PaddleNLP integration, the static-graph pass and the exporter load on first use, so
-# `import paddle_vtensor` costs only the tensor API (and builds or loads no ops yet).
-_LAZY_MODULES = ("integration", "passes", "static_export", "inflight", "model_runner", "distributed",
-                 "speculative")
-_LAZY_NAMES = {"generate_inflight": "inflight", "SlotModelRunner": "model_runner",
-               "speculative_generate": "speculative", "SpeculativeError": "speculative",
-               "UnsupportedModelError": "integration", "applied": "integration", "apply": "integration",
-               "remove": "integration"}
+# The PaddleNLP integration, the static-graph pass, the exporter and the generation strategies load
+# on first use, so `import paddle_vtensor` costs only the tensor API (and builds or loads no ops yet).
+_LAZY_MODULES = {"integration": "integration", "passes": "passes", "static_export": "static_export",
+                 "generation": "generation", "distributed": "generation.distributed"}
+_LAZY_NAMES = {"generate_inflight": "generation.inflight", "SlotModelRunner": "generation.model_runner",
+               "speculative_generate": "generation.speculative", "applied": "integration",
+               "apply": "integration", "remove": "integration"}
 
 
 def __getattr__(name):
     import importlib
 
     if name in _LAZY_MODULES:
-        return importlib.import_module(f".{name}", __name__)
+        return importlib.import_module(f".{_LAZY_MODULES[name]}", __name__)
     if name in _LAZY_NAMES:
         return getattr(importlib.import_module(f".{_LAZY_NAMES[name]}", __name__), name)
     raise AttributeError(f"module 'paddle_vtensor' has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 

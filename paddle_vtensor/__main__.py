@@ -1,6 +1,7 @@
-"""``python -m paddle_vtensor demo|bench``."""
+"""``python -m paddle_vtensor <command>``: demo, bench, bench-attention, bench-host, bench-inflight,
+bench-speculative, sp-decode (paddle_vtensor/bench/cli.py; ``--help`` on each says what it measures)."""
 import sys
 
-from .tools.cli import main
+from .bench.cli import main
 
 sys.exit(main())

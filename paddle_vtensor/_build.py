@@ -1,5 +1,5 @@
 """Where the extension's sources are and how to compile them: shared by setup_ops.py and the
-just-in-time build in _ops.py, so the two can never disagree on sources or flags."""
+just-in-time build in _ops/_loader.py, so the two can never disagree on sources or flags."""
 from __future__ import annotations
 
 import glob
@@ -16,15 +16,29 @@ def with_cuda() -> bool:
     return bool(paddle.is_compiled_with_cuda())
 
 
-def sources(cuda: bool) -> list[str]:
-    """Every C++ source of the extension, collected by pattern (core, kernels, adapter, passes)."""
-    patterns = ["custom_ops/core/*.cc", "custom_ops/kernels/*.cc", "custom_ops/paddle/*.cc", "passes/*.cc"]
-    if cuda:
-        patterns.append("custom_ops/kernels/*.cu")
+# Compiled only into bench-host's own extension (paddle_vtensor/bench/bench_host.py), never the library.
+BENCH_ONLY_SOURCE = "custom_ops/paddle/bench_host_ops.cc"
+
+
+HOST_PATTERNS = ["custom_ops/core/*.cc", "custom_ops/kernels/*.cc"]  # no Paddle in them: the core and host kernels
+
+
+def _collect(patterns: list[str]) -> list[str]:
     found: list[str] = []
     for pattern in patterns:
         found += sorted(glob.glob(os.path.join(ROOT, pattern)))
-    return found
+    return [path for path in found if os.path.relpath(path, ROOT) != BENCH_ONLY_SOURCE]
+
+
+def host_sources() -> list[str]:
+    """The core and the host kernels (what bench-host's own extension links in beside its ops)."""
+    return _collect(HOST_PATTERNS)
+
+
+def sources(cuda: bool) -> list[str]:
+    """Every C++ source of the extension, collected by pattern (core, kernels, adapter, passes)."""
+    return _collect(HOST_PATTERNS + ["custom_ops/paddle/*.cc", "passes/*.cc"]
+                    + (["custom_ops/kernels/*.cu"] if cuda else []))
 
 
 # -fno-wrapv undoes the -fwrapv that setuptools copies from Python's own CFLAGS: with it the host

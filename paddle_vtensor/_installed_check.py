@@ -2,7 +2,7 @@
 exits 0 when either the package's own library (``pip install --no-build-isolation .``, see
 _packaged.py) or the extension of ``setup_ops.py install`` matches, else 1.
 
-Used by scripts/setup.sh to skip a rebuild, and by _ops.py to refuse a stale setup_ops.py build."""
+Used by scripts/setup.sh to skip a rebuild, and by _ops/_loader.py to refuse a stale setup_ops.py build."""
 from __future__ import annotations
 
 import importlib.util

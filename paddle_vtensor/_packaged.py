@@ -3,7 +3,7 @@
 setup.py compiles the extension (the source list and flags of _build.py, through Paddle's own
 ``cpp_extension.load``) and puts three files in ``paddle_vtensor/_lib/``: the library, the Python
 op API that Paddle generates for it, and ``build_info.json`` (source digest, paddle version, CUDA
-or not). At run time _ops.py loads them when they match: from an installed package, the paddle
+or not). At run time _ops/_loader.py loads them when they match: from an installed package, the paddle
 version and CUDA-ness must be the ones it was built against (else the ops would load into a paddle
 they were not compiled for); from a source tree, the digest of its sources must match too.
 """
@@ -17,7 +17,7 @@ import os
 import shutil
 import types
 
-from . import _build
+from . import _build, _env
 
 LIB_DIR = "_lib"
 _INFO = "build_info.json"
@@ -40,7 +40,7 @@ def build_into(out_dir: str, work_dir: str) -> dict:
     module = cpp_extension.load(name=_build.EXTENSION_NAME, sources=_build.sources(cuda),
                        extra_cxx_cflags=_build.cxx_flags(cuda), extra_cuda_cflags=_build.nvcc_flags(),
                        extra_ldflags=_build.ld_flags(cuda), build_directory=work,
-                       verbose=bool(os.environ.get("PADDLE_VTENSOR_VERBOSE_BUILD")))
+                       verbose=_env.verbose_build())
     built = sorted(glob.glob(os.path.join(work, "**", _build.EXTENSION_NAME + ".so"), recursive=True))
     if not built:
         raise RuntimeError(f"paddle_vtensor: compiled the ops but found no {_build.EXTENSION_NAME}.so under {work}")
@@ -71,7 +71,7 @@ def _info(cuda: bool) -> dict:
     return {"digest": "d" + _build.source_digest(cuda), "paddle": paddle.__version__, "cuda": cuda}
 
 
-# ---- run time (_ops.py) ----
+# ---- run time (_ops/_loader.py) ----
 
 def _candidates() -> list[str]:
     """_lib folders to try: this package's own, then (from a source tree) the pip-installed one."""

@@ -11,57 +11,29 @@ Host cost: on a GPU at small batch a decode step is bound by the host, so these 
 little Python as they can (issue 13, docs/PERFORMANCE.md "Host cost per call"):
 
 * The C++ ops check every input; this module passes arguments straight through and turns a refusal
-  into an exception by one table (``ERRORS`` below; README "Errors" shows it). Python checks only what the ops
-  cannot see: that an int is an int that fits in 64 bits, and gradients.
+  into an exception by the one table of :mod:`paddle_vtensor.errors`. Python checks only what the
+  ops cannot see: that an int is an int that fits in 64 bits, and gradients.
 * Paddle's custom-op dispatch costs about a paddle.concat, and copies every non-contiguous input (the
   ops therefore take the cache as its storage view ``[S, B, H, D]``). For eager VTensor inputs the
   functions call the ops' own C++ functions directly instead (``custom_ops/paddle/fast_calls.cc``):
   the logical VTensor goes in as it is, no transpose, no registry lookup. Anything else (a plain
   cache to migrate, a bad argument) takes the op the ordinary way.
 
-Errors (README "Errors"): a refusal at an op's entry, ``"<op>: <why>"``, is a bad input and raises
-``ValueError``; a failing core call, ``"<op>: <Code>: <why>"``, raises ``ERRORS[Code]``; an argument
-that is not a tensor (or not an int) raises ``TypeError``. The cache is unchanged in every case.
+Errors (paddle_vtensor.errors): a refusal at an op's entry, ``"<op>: <why>"``, is a bad input and
+raises ``ValueError``; a failing core call, ``"<op>: <Code>: <why>"``, raises ``errors.ERRORS[Code]``;
+an argument that is not a tensor (or not an int) raises ``TypeError``. The cache is unchanged in
+every case.
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import operator
-import os
 
 import paddle
-from paddle import _C_ops
+from paddle import _C_ops  # transpose only: Paddle's own op, the cheapest free view
 
-from . import _ops
-
-
-class VTensorError(RuntimeError):
-    """An op failed for a reason other than a bad input; the message names the op and the problem.
-    The cache is unchanged."""
-
-
-class ReservationFullError(VTensorError):
-    """The append needs more tokens than the cache's reservation (max_seq_len) holds."""
-
-
-class VTensorOutOfMemoryError(VTensorError, MemoryError):
-    """Physical memory (or the limit set with set_mapped_limit) ran out while mapping."""
-
-
-# The one table from a C++ failure to a Python exception. Keys are the core's status codes as the
-# ops spell them (pvt::code_name, "<op>: <Code>: <why>"); a check at an op's entry has no code
-# ("<op>: <why>") and is a bad input. tests/test_errors.py covers every row and checks that every
-# code the library knows has one.
-ERRORS: dict[str, type[Exception]] = {
-    "InvalidArgument": ValueError,            # e.g. a cache with a zero-sized batch
-    "OutOfRange": ReservationFullError,       # past the reservation (max_seq_len)
-    "OutOfMemory": VTensorOutOfMemoryError,   # mapping failed: device memory, or set_mapped_limit
-    "DriverError": VTensorError,              # any other OS / CUDA driver failure
-    "Unsupported": VTensorError,              # a device this build has no backend for
-    "Conflict": VTensorError,                 # internal: the ops copy instead of raising it
-}
-BAD_INPUT = ValueError  # a check at an op's entry: rank, dtype, shape, place, range, attribute
+from . import _env, _ops, errors
+from ._op_names import (PVT_OP_APPEND, PVT_OP_FROM_DENSE, PVT_OP_RESERVE_ONE_TOKEN, PVT_OP_TRUNCATE)
 
 
 def _failure(fn: str, error: Exception, tensors: dict) -> Exception:
@@ -72,14 +44,7 @@ def _failure(fn: str, error: Exception, tensors: dict) -> Exception:
             if not isinstance(x, paddle.Tensor):  # Paddle refused it (by position) before any op ran
                 optional = " or None" if name == "attn_mask" else ""
                 return TypeError(f"{fn}: {name} must be a paddle.Tensor{optional}, got {type(x).__name__}")
-    if not isinstance(error, OSError):  # ours (TypeError of an int, gradients) or Paddle's own
-        return error
-    lines = str(error).strip().splitlines()  # PD_THROW adds "  [file:line]" on a second line
-    text = lines[0].strip() if lines else repr(error)
-    parts = text.split(": ", 2)
-    if len(parts) == 3 and parts[1] in ERRORS:
-        return ERRORS[parts[1]](text)
-    return BAD_INPUT(text)
+    return errors.from_op_error(error)
 
 
 _INT64_END = 1 << 63
@@ -111,8 +76,8 @@ _PERM = [1, 0, 2, 3]  # logical [B, S, H, D] <-> storage [S, B, H, D]; a free vi
 class Config:
     """Defaults used when a call does not say: see :func:`configure`."""
 
-    max_seq_len: int = int(os.environ.get("PADDLE_VTENSOR_MAX_SEQ_LEN", "4096"))
-    chunk_bytes: int = int(os.environ.get("PADDLE_VTENSOR_CHUNK_BYTES", str(2 << 20)))
+    max_seq_len: int = _env.max_seq_len()
+    chunk_bytes: int = _env.chunk_bytes()
 
 
 _config = Config()
@@ -141,20 +106,8 @@ def configure(max_seq_len: int | None = None, chunk_bytes: int | None = None) ->
     return dataclasses.replace(_config)
 
 
-_FAST = None  # the module of fast_calls.cc, once the ops are loaded
-
-
-def _fast():
-    global _FAST
-    if _FAST is None:
-        f = ctypes.PyDLL(_ops.lib()._name).pvt_fast_calls
-        f.restype, f.argtypes = ctypes.py_object, []
-        _FAST = f()
-    return _FAST
-
-
 def _storage(x):
-    s = _fast().storage(x)  # a whole VTensor view: its storage view, without an op
+    s = _ops.fast().storage(x)  # a whole VTensor view: its storage view, without an op
     if s is not None:
         return s
     # Not rank 4: passed as it is, for the op to refuse in its own words.
@@ -185,8 +138,7 @@ def from_dense(x: paddle.Tensor, max_seq_len: int | None = None, chunk_bytes: in
         _no_gradients("from_dense", x)
         m = _setting("from_dense", "max_seq_len", max_seq_len, _config.max_seq_len)
         c = _setting("from_dense", "chunk_bytes", chunk_bytes, _config.chunk_bytes)
-        _ops.load()
-        out = _C_ops._run_custom_op("vtensor_from_dense", x, m, c)[0]
+        out = _ops.run(PVT_OP_FROM_DENSE, x, m, c)[0]
     except Exception as e:
         raise _failure("from_dense", e, {"x": x}) from None
     return _logical(out)
@@ -206,7 +158,7 @@ def _migrate(fn: str, cache, tokens, max_seq_len, chunk_bytes):
     if m > 0 and rank4 and isinstance(tokens, paddle.Tensor) and len(tokens.shape) == 4:
         m = max(m, cache.shape[1] + tokens.shape[1])  # the migrated cache must hold this append too
     # One copy: a transposed plain tensor would be made contiguous by Paddle, then copied again.
-    return _C_ops._run_custom_op("vtensor_from_dense", cache.contiguous(), m, c)[0]
+    return _ops.run(PVT_OP_FROM_DENSE, cache.contiguous(), m, c)[0]
 
 
 def _append(fn: str, op: str, expect: int, cache, tokens, max_seq_len, chunk_bytes) -> paddle.Tensor:
@@ -217,11 +169,11 @@ def _append(fn: str, op: str, expect: int, cache, tokens, max_seq_len, chunk_byt
         # 0: the op keeps the cache's own settings if it has to copy (a fork), see append().
         m = 0 if max_seq_len is None else _int(fn, "max_seq_len", max_seq_len)
         c = 0 if chunk_bytes is None else _int(fn, "chunk_bytes", chunk_bytes)
-        out = (_FAST or _fast()).append(cache, tokens, m, c, expect)
+        out = _ops.fast().append(cache, tokens, m, c, expect)
         if out is not None:
             return out
         storage = _migrate(fn, cache, tokens, max_seq_len, chunk_bytes)
-        out = _C_ops._run_custom_op(op, storage, tokens, m, c)[0]
+        out = _ops.run(op, storage, tokens, m, c)[0]
     except Exception as e:
         storage = None  # a migrated copy is freed now, not when the traceback is
         raise _failure(fn, e, {"cache": cache, "tokens": tokens}) from None
@@ -240,7 +192,7 @@ def append(cache: paddle.Tensor, tokens: paddle.Tensor, max_seq_len: int | None 
     reservation, VTensorOutOfMemoryError when physical memory runs out; the cache is unchanged in
     every case.
     """
-    return _append("append", "vtensor_append", 0, cache, tokens, max_seq_len, chunk_bytes)
+    return _append("append", PVT_OP_APPEND, 0, cache, tokens, max_seq_len, chunk_bytes)
 
 
 def reserve_one_token(cache: paddle.Tensor, token: paddle.Tensor, max_seq_len: int | None = None,
@@ -250,7 +202,7 @@ def reserve_one_token(cache: paddle.Tensor, token: paddle.Tensor, max_seq_len: i
     Returns ``[B, S + 1, H, D]`` with strides ``{H*D, B*H*D, D, 1}``, sharing the cache's storage.
     Settings and errors as :func:`append`.
     """
-    return _append("reserve_one_token", "vtensor_reserve_one_token", 1, cache, token, max_seq_len, chunk_bytes)
+    return _append("reserve_one_token", PVT_OP_RESERVE_ONE_TOKEN, 1, cache, token, max_seq_len, chunk_bytes)
 
 
 def truncate(cache: paddle.Tensor, seq_len: int) -> paddle.Tensor:
@@ -263,9 +215,9 @@ def truncate(cache: paddle.Tensor, seq_len: int) -> paddle.Tensor:
     try:
         if type(seq_len) is not int or not -_INT64_END <= seq_len < _INT64_END:
             seq_len = _int("truncate", "seq_len", seq_len)  # the op checks the range it takes
-        out = (_FAST or _fast()).truncate(cache, seq_len)
+        out = _ops.fast().truncate(cache, seq_len)
         if out is None:
-            out = _logical(_C_ops._run_custom_op("vtensor_truncate", _storage(cache), seq_len)[0])
+            out = _logical(_ops.run(PVT_OP_TRUNCATE, _storage(cache), seq_len)[0])
     except Exception as e:
         raise _failure("truncate", e, {"cache": cache}) from None
     return out
@@ -275,24 +227,17 @@ def _cache_info(x: paddle.Tensor):
     # Metadata only: even x.numel() runs an op, which first copies a non-contiguous VTensor whole.
     if not isinstance(x, paddle.Tensor):
         return None
-    out = (ctypes.c_int64 * 6)()
     try:
         ptr = x.data_ptr()
     except Exception:  # a tensor without storage
         return None
-    if not _ops.lib().pvt_find_cache(ctypes.c_void_p(ptr), out):
-        return None
-    return tuple(out)
+    return _ops.c.find_cache(ptr)
 
 
 def is_vtensor(x) -> bool:
     """True when ``x``'s memory lies in a VTensor cache (the result of append/from_dense/truncate,
     or a view of one)."""
-    return (_FAST or _fast()).is_view(x) or _cache_info(x) is not None
-
-
-_STAT_KEYS = ("reserved_bytes", "mapped_bytes", "peak_mapped_bytes", "live_regions", "live_vtensors",
-              "map_calls", "unmap_calls", "mapped_limit", "bytes_written")
+    return _ops.fast().is_view(x) or _cache_info(x) is not None
 
 
 def _device(device) -> tuple[int, int]:
@@ -314,10 +259,7 @@ def memory_stats(device=None) -> dict:
     map_calls / unmap_calls (chunks), mapped_limit (0: none), bytes_written (bytes the ops' kernels
     wrote into caches since start: appends, migrations, copy-on-write copies).
     """
-    kind, index = _device(device)
-    out = (ctypes.c_int64 * len(_STAT_KEYS))()
-    _ops.lib().pvt_memory_stats(kind, index, out)
-    return dict(zip(_STAT_KEYS, (int(v) for v in out)))
+    return _ops.c.memory_stats(*_device(device))
 
 
 def set_mapped_limit(limit_bytes: int | None, device=None) -> None:
@@ -325,11 +267,10 @@ def set_mapped_limit(limit_bytes: int | None, device=None) -> None:
     would pass it fail with an out-of-memory error and leave the cache unchanged."""
     kind, index = _device(device)
     limit = 0 if limit_bytes is None else _int("set_mapped_limit", "limit_bytes", limit_bytes)
-    err = ctypes.create_string_buffer(256)
-    if _ops.lib().pvt_set_mapped_limit(kind, index, limit, err, len(err)):
-        raise ValueError(err.value.decode())
+    code, text = _ops.c.set_mapped_limit(kind, index, limit)
+    if code:
+        raise errors.from_status("set_mapped_limit", text)
 
 
 def reset_peak_mapped(device=None) -> None:
-    kind, index = _device(device)
-    _ops.lib().pvt_reset_peak_mapped(kind, index)
+    _ops.c.reset_peak_mapped(*_device(device))

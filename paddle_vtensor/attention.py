@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 
 import paddle
-from paddle import _C_ops
 
-from . import api
+from . import _ops
+from ._op_names import PVT_OP_DECODE_ATTENTION, PVT_OP_DECODE_ATTENTION_LSE
 from .api import _failure, _no_gradients, _storage
 
 
@@ -45,14 +45,13 @@ def decode_attention(q: paddle.Tensor, k_cache: paddle.Tensor, v_cache: paddle.T
             d = q.shape[-1] if q.shape else 0
             scale = 1.0 / math.sqrt(d) if d > 0 else 1.0  # d <= 0: the op refuses q anyway
         if return_lse:
-            out, lse = _C_ops._run_custom_op("vtensor_decode_attention_lse", q, _storage(k_cache),
-                                             _storage(v_cache), attn_mask, scale)
+            out, lse = _ops.run(PVT_OP_DECODE_ATTENTION_LSE, q, _storage(k_cache), _storage(v_cache), attn_mask,
+                                scale)
             return out, lse
         # VTensor caches: the op's function directly (api.py, "Host cost"); else the op.
-        out = (api._FAST or api._fast()).decode_attention(q, k_cache, v_cache, attn_mask, scale)
+        out = _ops.fast().decode_attention(q, k_cache, v_cache, attn_mask, scale)
         if out is None:
-            out = _C_ops._run_custom_op("vtensor_decode_attention", q, _storage(k_cache), _storage(v_cache),
-                                        attn_mask, scale)[0]
+            out = _ops.run(PVT_OP_DECODE_ATTENTION, q, _storage(k_cache), _storage(v_cache), attn_mask, scale)[0]
     except Exception as e:
         raise _failure("decode_attention", e,
                        {"q": q, "k_cache": k_cache, "v_cache": v_cache, "attn_mask": attn_mask}) from None

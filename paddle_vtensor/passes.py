@@ -17,13 +17,13 @@ whole story, including what still copies and why.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 
 from . import _ops
+from ._op_names import PASS_OPTION_QUIET, PVT_ATTR_CHUNK_BYTES, PVT_ATTR_MAX_SEQ_LEN, PVT_PASS_KV_CACHE
 
-PASS_NAME = "vtensor_kv_cache_pass"
+PASS_NAME = PVT_PASS_KV_CACHE
 
 _log = logging.getLogger("paddle_vtensor.passes")
 
@@ -40,14 +40,7 @@ def last_report() -> dict:
     ``storage_inputs`` / ``storage_outputs`` (what now carries ``[S, B, H, D]``), ``copies`` (what
     still materialises a cache-sized tensor, and why), ``refused`` (why the program was left
     unchanged) and ``notes`` (why there was nothing to do)."""
-    lib = _ops.lib()
-    fn = lib.pvt_last_pass_report
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    size = fn(None, 0)
-    buf = ctypes.create_string_buffer(size + 1)
-    fn(buf, size + 1)
-    return json.loads(buf.value.decode("utf-8"))
+    return json.loads(_ops.c.last_pass_report())
 
 
 def apply(program, max_seq_len: int | None = None, chunk_bytes: int | None = None) -> int:
@@ -67,8 +60,8 @@ def apply(program, max_seq_len: int | None = None, chunk_bytes: int | None = Non
     import paddle
 
     load()
-    attrs = {"quiet": True}
-    for key, value in (("max_seq_len", max_seq_len), ("chunk_bytes", chunk_bytes)):
+    attrs = {PASS_OPTION_QUIET: True}
+    for key, value in ((PVT_ATTR_MAX_SEQ_LEN, max_seq_len), (PVT_ATTR_CHUNK_BYTES, chunk_bytes)):
         if value is not None:
             if int(value) <= 0:
                 raise ValueError(f"{key} must be positive, got {value}")

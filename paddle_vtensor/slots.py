@@ -17,48 +17,30 @@ op on the whole tensor (printing it, ``.numpy()``) would touch unmapped pages.
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import math
 
 import numpy as np
 import paddle
 
-from . import _ops
-from .api import VTensorError, VTensorOutOfMemoryError, ReservationFullError, _config, _device
-
-_FLOAT_DTYPES = (paddle.float32, paddle.float16, paddle.bfloat16)
-
-
-class SlotError(VTensorError, ValueError):
-    """A slot op refused a call (bad lengths, slot ids, shapes or an unmapped slot); nothing changed."""
+from . import _ops, errors
+from ._op_names import PVT_OP_SLOT_ATTENTION, PVT_OP_SLOT_CACHE, PVT_OP_SLOT_ERRORS
+from .api import _config
+from .errors import SlotError
 
 
-def _run(op: str, *args):
+def _run(op: str, *args) -> paddle.Tensor:
+    """The op's first output; a refusal raises by the one table (errors.py), bad inputs as SlotError."""
     try:
-        return getattr(_ops.ops(), op)(*args)
-    except OSError as e:  # PD_THROW / PD_CHECK surface as OSError; the first line names op and problem
-        lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-        text = next((ln for ln in lines if op in ln), lines[0] if lines else repr(e))
-        text = text[text.find(op):] if op in text else text
-        raise SlotError(text) from None
+        return _ops.run(op, *args)[0]
+    except Exception as e:
+        raise errors.from_op_error(e, op, SlotError) from None
 
 
-def _lib():
-    lib = _ops.lib()
-    if not getattr(lib, "_pvt_slots_ready", False):
-        lib.pvt_slot_reserve.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                                         ctypes.c_char_p, ctypes.c_int64]
-        lib.pvt_slot_reserve.restype = ctypes.c_int
-        lib.pvt_slot_release.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_char_p,
-                                         ctypes.c_int64]
-        lib.pvt_slot_release.restype = ctypes.c_int
-        lib.pvt_slot_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
-        lib.pvt_slot_info.restype = ctypes.c_int
-        lib.pvt_slot_mapped_tokens.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_int64]
-        lib.pvt_slot_mapped_tokens.restype = ctypes.c_int
-        lib._pvt_slots_ready = True
-    return lib
+def _check(code: int, text: str, what: str) -> None:
+    """Relays a C entry point's refusal (its status code and "<Code>: <message>")."""
+    if code:
+        raise errors.from_status(what, text, SlotError)
 
 
 def _place(place):
@@ -71,15 +53,11 @@ def _place(place):
 
 
 def _new_cache(shape, dtype, place, chunk_bytes) -> paddle.Tensor:
+    # The op checks the dtype and that every dimension is positive.
     dtype = paddle.base.framework.convert_np_dtype_to_dtype_(dtype) if isinstance(dtype, str) else dtype
-    if dtype not in _FLOAT_DTYPES:
-        raise ValueError(f"slot_cache: dtype must be float32, float16 or bfloat16, got {dtype}")
-    for name, v in zip(("num_slots", "max_seq_len"), shape[:2]):
-        if int(v) <= 0:
-            raise ValueError(f"slot_cache: {name} must be positive, got {v}")
     like = paddle.zeros([1], dtype=dtype).to(_place(place))
     c = _config.chunk_bytes if chunk_bytes is None else int(chunk_bytes)
-    return _run("vtensor_slot_cache", like, [int(s) for s in shape], c)
+    return _run(PVT_OP_SLOT_CACHE, like, [int(s) for s in shape], c)
 
 
 def slot_cache(num_slots: int, max_seq_len: int, num_heads: int, head_dim: int, dtype="float32", place=None,
@@ -128,8 +106,6 @@ class SlotKVCache:
 def slot_kv_cache(num_layers: int, num_slots: int, max_seq_len: int, num_kv_heads: int, head_dim: int,
                   dtype="float32", place=None, chunk_bytes: int | None = None) -> SlotKVCache:
     """A model-wide slot cache (all layers' K and V in one reservation), nothing mapped."""
-    if int(num_layers) <= 0:
-        raise ValueError(f"slot_kv_cache: num_layers must be positive, got {num_layers}")
     return SlotKVCache(_new_cache([num_slots, max_seq_len, num_layers, 2, num_kv_heads, head_dim], dtype, place,
                                   chunk_bytes))
 
@@ -144,59 +120,33 @@ def _storage(cache) -> paddle.Tensor:
     raise TypeError(f"expected a slot cache (slot_cache / slot_kv_cache), got {type(cache).__name__}")
 
 
-def _ptr(cache) -> int:
-    storage = _storage(cache)
-    ptr = storage.data_ptr()
-    out = (ctypes.c_int64 * 6)()
-    if not _lib().pvt_slot_info(ctypes.c_void_p(ptr), out):
-        raise ValueError("not a slot cache (make one with paddle_vtensor.slot_cache or slot_kv_cache)")
-    return ptr
-
-
-def _stream(cache):
-    if "gpu" in str(_storage(cache).place).lower():
-        return ctypes.c_void_p(paddle.device.current_stream().cuda_stream)
-    return None
-
-
-_CODE_ERRORS = {2: ReservationFullError, 3: VTensorOutOfMemoryError}
-
-
-def _check(code: int, err, what: str) -> None:
-    if code:
-        text = err.value.decode(errors="replace")
-        raise _CODE_ERRORS.get(code, SlotError)(f"{what}: {text}")
+def _stream(storage: paddle.Tensor) -> int | None:
+    return paddle.device.current_stream().cuda_stream if "gpu" in str(storage.place).lower() else None
 
 
 def reserve_slot(cache, slot: int, tokens: int) -> None:
     """Map rows ``[0, tokens)`` of ``slot`` (a host decision, made before the step that writes them).
     Raises ReservationFullError past max_seq_len or for a bad slot, VTensorOutOfMemoryError when
     memory runs out; on error nothing changed."""
-    err = ctypes.create_string_buffer(512)
-    code = _lib().pvt_slot_reserve(ctypes.c_void_p(_ptr(cache)), int(slot), int(tokens), _stream(cache), err, 512)
-    _check(code, err, "reserve_slot")
+    storage = _storage(cache)
+    _check(*_ops.c.slot_reserve(storage.data_ptr(), int(slot), int(tokens), _stream(storage)), "reserve_slot")
 
 
 def release_slot(cache, slot: int) -> None:
     """Give ``slot``'s memory back (its chunks are unmapped, except a border chunk a neighbouring slot
     still uses; not pooled: mapping is cheap next to a step). Reading the slot with a non-zero length
     afterwards is an error until it is reserved again."""
-    err = ctypes.create_string_buffer(512)
-    code = _lib().pvt_slot_release(ctypes.c_void_p(_ptr(cache)), int(slot), _stream(cache), err, 512)
-    _check(code, err, "release_slot")
+    storage = _storage(cache)
+    _check(*_ops.c.slot_release(storage.data_ptr(), int(slot), _stream(storage)), "release_slot")
 
 
 def slot_info(cache) -> dict:
     """num_slots, max_seq_len, row_bytes, chunk_bytes, reserved_bytes, mapped_bytes, mapped_tokens."""
     ptr = _storage(cache).data_ptr()
-    out = (ctypes.c_int64 * 6)()
-    if not _lib().pvt_slot_info(ctypes.c_void_p(ptr), out):
+    info = _ops.c.slot_info(ptr)
+    if info is None:
         raise ValueError("slot_info: not a slot cache")
-    keys = ("num_slots", "max_seq_len", "row_bytes", "chunk_bytes", "reserved_bytes", "mapped_bytes")
-    info = dict(zip(keys, (int(v) for v in out)))
-    mapped = (ctypes.c_int32 * info["num_slots"])()
-    _lib().pvt_slot_mapped_tokens(ctypes.c_void_p(ptr), mapped, info["num_slots"])
-    info["mapped_tokens"] = np.array(mapped, dtype=np.int32)
+    info["mapped_tokens"] = np.array(_ops.c.slot_mapped_tokens(ptr, info["num_slots"]), dtype=np.int32)
     return info
 
 
@@ -220,17 +170,16 @@ def check_slot_errors(cache) -> None:
     """Raise SlotError when a GPU kernel refused a sequence of this cache since the last check (its
     rows were not reserved, or past max_seq_len); clears the flag. One device-to-host read. On the
     CPU the ops raise at once, so this never raises there."""
-    flag = _run("vtensor_slot_errors", _storage(cache))
+    flag = _run(PVT_OP_SLOT_ERRORS, _storage(cache))
     if int(flag.numpy()[0]):
         raise SlotError("check_slot_errors: a kernel skipped a sequence whose slot rows were not reserved "
                         "(reserve_slot before the step) or that passed max_seq_len; its output is zeros")
 
 
 def _int32(x, name: str, place) -> paddle.Tensor:
-    """A list / numpy array becomes an int32 tensor on `place`; a tensor must already be int32."""
+    """A list / numpy array becomes an int32 tensor on `place`; a tensor goes as it is (the op checks
+    its dtype, shape and place)."""
     if isinstance(x, paddle.Tensor):
-        if x.dtype != paddle.int32:
-            raise SlotError(f"attention_with_kvcache: {name} must be int32, got {x.dtype}")
         return x
     arr = np.asarray(x)
     if arr.dtype.kind not in "iu":
@@ -295,26 +244,24 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k_new=None, v_new
         slots = slots.to(place) if "gpu" in str(place).lower() else slots
     else:
         slots = _int32(slot_ids, "slot_ids", place)
-    lens = _int32(cache_seqlens, "cache_seqlens", place) if not isinstance(cache_seqlens, paddle.Tensor) else cache_seqlens
-    if lens.dtype != paddle.int32:
-        raise SlotError(f"attention_with_kvcache: cache_seqlens must be int32, got {lens.dtype}")
-    if (k_new is None) != (v_new is None):
-        raise SlotError("attention_with_kvcache: give both k_new and v_new or neither")
-    if k_new is None and slots.shape == [n] and cu.shape == [n + 1] and lens.ndim == 1:
+    cache_seqlens = _int32(cache_seqlens, "cache_seqlens", place)
+    if (k_new is None and v_new is None and slots.shape == [n] and cu.shape == [n + 1] and cache_seqlens.ndim == 1
+            and cache_seqlens.dtype == paddle.int32):
         # The new tokens' K/V are already in the cache: the kernel's "length before the new tokens"
         # is cache_seqlens minus each sequence's query count (computed where the lengths live).
         counts = (cu[1:] - cu[:-1]).astype("int32")
         if "cpu" in str(place).lower():
-            before = lens.numpy()[slots.numpy()] - counts.numpy()
+            before = cache_seqlens.numpy()[slots.numpy()] - counts.numpy()
             if (before < 0).any():
                 b = int(np.argmax(before < 0))
                 raise SlotError(f"attention_with_kvcache: slot {int(slots.numpy()[b])} holds "
-                                f"{int(lens.numpy()[slots.numpy()[b]])} tokens, fewer than its {int(counts.numpy()[b])} queries")
-        lens = paddle.scatter(lens, slots, paddle.gather(lens, slots) - counts)
+                                f"{int(cache_seqlens.numpy()[slots.numpy()[b]])} tokens, fewer than its {int(counts.numpy()[b])} queries")
+        # A new tensor (the caller's is not modified), with the op's meaning of cache_seqlens.
+        cache_seqlens = paddle.scatter(cache_seqlens, slots, paddle.gather(cache_seqlens, slots) - counts)
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
     if not math.isfinite(scale):
         raise SlotError(f"attention_with_kvcache: softmax_scale must be finite, got {scale}")
-    out = _run("vtensor_slot_attention", q, k_storage, v_storage, lens, k_new, v_new, cu, slots, int(layer), scale,
+    out = _run(PVT_OP_SLOT_ATTENTION, q, k_storage, v_storage, cache_seqlens, k_new, v_new, cu, slots, int(layer), scale,
                bool(causal), int(max_seqlen_q or 0), int(max_seqlen_k or 0))
     return out.reshape([n, -1, out.shape[1], out.shape[2]]) if batched else out
 

@@ -25,7 +25,7 @@ echo "compiled $n sources with CUDA enabled (sm_90)"
 # the installed paddle's headers. The CPU wheel ships the GPU code paths of those headers, but with
 # PADDLE_WITH_CUDA they include the headers of cuBLAS, cuDNN, cuFFT, cuRAND, cuSOLVER and cuSPARSE
 # (phi/backends/dynload/*.h), which a bare CUDA toolkit lacks: they are taken from NVIDIA's wheels
-# (include/ only, about 8 MB) found in PVT_NVIDIA_WHEELS (default: the machine image's wheel folder),
+# (include/ only, about 8 MB) found in PADDLE_VTENSOR_NVIDIA_WHEELS (default: the machine image's wheel folder),
 # or from an installed `nvidia` Python package. Without them this step says so and is skipped.
 PY=.venv/bin/python
 [ -x "$PY" ] || PY=python3
@@ -35,7 +35,7 @@ if ! PADDLE_INC=$("$PY" -c "import os, paddle; print(os.path.join(os.path.dirnam
 fi
 PY_INC=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 hdr="$out/nvidia-headers"
-wheels=${PVT_NVIDIA_WHEELS:-/opt/pypi-more/files}
+wheels=${PADDLE_VTENSOR_NVIDIA_WHEELS:-/opt/pypi-more/files}
 nv_inc=()
 for lib in cublas cudnn_cu13 cufft curand cusolver cusparse; do
   whl=$(ls "$wheels"/nvidia_${lib}-*.whl 2>/dev/null | head -1 || true)
@@ -55,7 +55,7 @@ for h in cublasXt.h cudnn.h cufft.h curand.h cusolverDn.h cusparse.h; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "paddle adapter with CUDA: skipped: paddle's headers with PADDLE_WITH_CUDA need ${missing[*]}," \
-       "found neither in $CUDA_INC nor in NVIDIA wheels under $wheels (set PVT_NVIDIA_WHEELS)"
+       "found neither in $CUDA_INC nor in NVIDIA wheels under $wheels (set PADDLE_VTENSOR_NVIDIA_WHEELS)"
   exit 0
 fi
 m=0

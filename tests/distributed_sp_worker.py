@@ -13,7 +13,7 @@ import paddle
 import paddle.distributed as dist
 
 import paddle_vtensor as pvt
-from paddle_vtensor.distributed import SequenceParallelKVCache
+from paddle_vtensor.generation.distributed import SequenceParallelKVCache
 
 LAYERS, B, HQ, HKV, D = 2, 2, 4, 2, 16
 # (n_new, q_len) per step: a prefill chunk, decode steps, a 3-token verify chunk, more decode.

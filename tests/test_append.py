@@ -108,8 +108,8 @@ def test_migration_reserves_room_for_the_append():
     out = pvt.append(cache, tokens, max_seq_len=16)
     assert out.shape == [1, 43, 2, 8]
     np.testing.assert_array_equal(to_np(out), to_np(paddle.concat([cache, tokens], axis=1)))
-    assert api._cache_info(out)[4] == 43  # capacity: exactly S + T, max_seq_len being smaller
-    assert api._cache_info(pvt.append(rand([1, 4, 2, 8]), tokens, max_seq_len=16))[4] == 16
+    assert api._cache_info(out)["capacity_tokens"] == 43  # capacity: exactly S + T, max_seq_len being smaller
+    assert api._cache_info(pvt.append(rand([1, 4, 2, 8]), tokens, max_seq_len=16))["capacity_tokens"] == 16
 
 
 def test_fork_inherits_the_source_settings():
@@ -121,11 +121,11 @@ def test_fork_inherits_the_source_settings():
     fork = pvt.append(src, rand([1, 1, 2, 8], seed=18))   # position 4 is seen by `first`: copies
     after = pvt.memory_stats("cpu")
     assert fork.data_ptr() != first.data_ptr()
-    assert api._cache_info(fork)[4] == 64 == api._cache_info(first)[4]
+    assert api._cache_info(fork)["capacity_tokens"] == 64 == api._cache_info(first)["capacity_tokens"]
     assert after["reserved_bytes"] - before["reserved_bytes"] == 64 * token_bytes  # 4096: one chunk
     assert after["mapped_bytes"] - before["mapped_bytes"] == 4096  # chunk 4096, not the 2 MiB default
     override = pvt.append(src, rand([1, 1, 2, 8], seed=19), max_seq_len=100, chunk_bytes=8192)
-    assert api._cache_info(override)[4] == 100
+    assert api._cache_info(override)["capacity_tokens"] == 100
     # both branches can grow to the same length
     for branch in (first, fork):
         assert pvt.append(branch, rand([1, 59, 2, 8])).shape[1] == 64

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import paddle_vtensor as pvt
 from paddle_vtensor import _ops
+from paddle_vtensor._op_names import PVT_OP_DECODE_ATTENTION
 from paddle_vtensor.attention import decode_attention
 
 # Output tolerance per dtype: inputs are the same rounded values on both sides, so only float32
@@ -246,4 +247,4 @@ def test_error_raw_op_cache_dtype():
     q = paddle.zeros([1, 1, 2, 4], dtype="float64")
     kv = paddle.zeros([3, 1, 2, 4], dtype="float64")
     with pytest.raises(OP_ERRORS, match="q has dtype float64; expected float32, float16 or bfloat16"):
-        _ops.ops().vtensor_decode_attention(q, kv, kv, None, 1.0)
+        _ops.run(PVT_OP_DECODE_ATTENTION, q, kv, kv, None, 1.0)

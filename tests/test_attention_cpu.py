@@ -10,7 +10,7 @@ import pytest
 import paddle_vtensor as pvt
 from paddle_vtensor import _ops
 from paddle_vtensor.attention import decode_attention
-from paddle_vtensor.tools.cli import main
+from paddle_vtensor.bench.cli import main
 
 from test_attention import ATOL, f64, make, ref_attention
 

@@ -1,8 +1,8 @@
 """The bench-host subcommand's arithmetic (the benchmark itself runs from the CLI, not in CI)."""
 import numpy as np
 
-from paddle_vtensor.tools import bench_host
-from paddle_vtensor.tools.cli import COMMANDS, parser
+from paddle_vtensor.bench import bench_host
+from paddle_vtensor.bench.cli import COMMANDS, parser
 
 
 def test_ratios_are_per_round_medians_against_the_named_baseline():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from paddle_vtensor.tools.cli import main
+from paddle_vtensor.bench.cli import main
 
 # batch 2, 2 layers, 2 kv heads of 16 dims, float32: one token of K (or V) in one layer is 256 bytes.
 TINY = ["--hidden-size", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--vocab", "128",

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import paddle_vtensor as pvt
-from paddle_vtensor.distributed import balanced_split
+from paddle_vtensor.generation.distributed import balanced_split
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

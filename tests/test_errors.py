@@ -1,8 +1,8 @@
 """Every bad input: a clear, typed error naming the problem, and the cache left byte-identical.
 
-One test (or more) per row of the error table (README "Errors", paddle_vtensor.api.ERRORS).
+One test (or more) per row of the error table (paddle_vtensor.errors: its docstring, ERRORS).
 """
-import ctypes
+import re
 
 import numpy as np
 import pytest
@@ -10,7 +10,7 @@ from conftest import rand, to_np
 
 import paddle
 import paddle_vtensor as pvt
-from paddle_vtensor import _ops, api
+from paddle_vtensor import _ops, api, errors
 
 
 def snapshot(cache):
@@ -32,7 +32,7 @@ def make_cache():
 
 
 def capacity(cache) -> int:
-    return api._cache_info(cache)[4]
+    return api._cache_info(cache)["capacity_tokens"]
 
 
 # ---- row "a check at an op's entry" -> ValueError, through every function, cache unchanged ----
@@ -166,17 +166,17 @@ def test_out_of_memory_is_an_error_and_cache_stays_usable():
 def test_every_status_code_has_one_exception():
     """The table covers every code the C++ side can report, and maps an op's error text by it
     (DriverError, Unsupported and Conflict cannot be provoked on a CPU build: mapped from the text)."""
-    lib = _ops.lib()
     names = []
     code = 1  # 0 is Ok
-    while lib.pvt_code_name(code) is not None:
-        names.append(lib.pvt_code_name(code).decode())
+    while _ops.c.code_name(code) is not None:
+        names.append(_ops.c.code_name(code))
         code += 1
-    assert set(names) == set(api.ERRORS), (names, sorted(api.ERRORS))
+    assert set(names) == set(errors.ERRORS), (names, sorted(errors.ERRORS))
     for name in names:
-        err = api._failure("append", OSError(f"vtensor_append: {name}: what happened\n  [x.cc:1]"), {})
-        assert type(err) is api.ERRORS[name]
-        assert str(err) == f"vtensor_append: {name}: what happened"
+        for bad_input in (ValueError, pvt.SlotError):
+            err = errors.from_op_error(OSError(f"vtensor_append: {name}: what happened\n  [x.cc:1]"), None, bad_input)
+            assert type(err) is (errors.ERRORS[name] or bad_input)
+            assert str(err) == f"vtensor_append: {name}: what happened"
     err = api._failure("append", OSError("vtensor_append: tokens must hold at least one token"), {})
     assert type(err) is ValueError
 
@@ -240,14 +240,99 @@ def test_raw_op_checks(ops):
     ("vtensor_decode_attention", (None, None, None, None, 1.0)),
 ])
 def test_raw_ops_refuse_none_instead_of_crashing(ops, op, args):
-    from paddle import _C_ops
-
     with pytest.raises(OSError, match="must be a tensor, got None"):
-        _C_ops._run_custom_op(op, *args)
+        _ops.run(op, *args)
 
 
 def test_set_mapped_limit_c_entry_refuses_negative():
-    err = ctypes.create_string_buffer(256)
-    assert _ops.lib().pvt_set_mapped_limit(0, 0, -1, err, len(err)) == 1
-    assert b"limit_bytes must be >= 0" in err.value
+    code, text = _ops.c.set_mapped_limit(0, 0, -1)
+    assert _ops.c.code_name(code) == "InvalidArgument"
+    assert text == "InvalidArgument: limit_bytes must be >= 0 (0 or None: no limit), got -1"
+    assert pvt.memory_stats("cpu")["mapped_limit"] == 0
+
+
+# ---- the table in paddle_vtensor/errors.py's docstring (README copies it), walked row by row ----
+
+def _table_rows():
+    """(code, exception names) of each row of the docstring's table."""
+    rows = []
+    for line in errors.__doc__.splitlines():
+        m = re.match(r"^(\(none\)|[A-Z]\w+)\s{2,}(\S+(?: / \S+)?)\s{2,}", line)
+        if m and m.group(1) != "code":
+            rows.append((m.group(1), m.group(2).split(" / ")))
+    return rows
+
+
+def _slot_cache():
+    return pvt.slot_cache(2, 8, 1, 8, chunk_bytes=4096)
+
+
+def _slot_attention(cache_seqlens):
+    k, v = _slot_cache(), _slot_cache()
+    pvt.attention_with_kvcache(rand([1, 1, 8]), k, v, cache_seqlens, k_new=rand([1, 1, 8]), v_new=rand([1, 1, 8]),
+                               cu_seqlens_q=[0, 1])
+
+
+def _past_reservation():
+    cache = pvt.from_dense(rand([1, 2, 1, 8]), max_seq_len=2, chunk_bytes=4096)
+    pvt.append(cache, rand([1, 1, 1, 8]))
+
+
+def _over_the_limit(call):
+    def run():
+        pvt.set_mapped_limit(pvt.memory_stats("cpu")["mapped_bytes"] + 4096, "cpu")
+        try:
+            call()
+        finally:
+            pvt.set_mapped_limit(0, "cpu")
+    return run
+
+
+# A real call that makes the library report each code, through each door that reports it: an op
+# (vtensor_*), a C entry point (slots, set_mapped_limit), the slot API's op (vtensor_slot_*).
+PROVOKE = {
+    "(none)": [(lambda: pvt.append(make_cache(), rand([2, 1, 3, 4])), ValueError, "^vtensor_append: tokens "),
+               (lambda: _slot_attention(paddle.zeros([2], "int64")), pvt.SlotError,
+                "^vtensor_slot_attention: cache_seqlens must be int32")],
+    "InvalidArgument": [(lambda: pvt.from_dense(paddle.zeros([0, 2, 1, 4])), ValueError,
+                         "^vtensor_from_dense: InvalidArgument: "),
+                        (lambda: pvt.set_mapped_limit(-5, "cpu"), ValueError, "^set_mapped_limit: InvalidArgument: "),
+                        (lambda: pvt.reserve_slot(rand([2, 8, 1, 8]), 0, 1), pvt.SlotError,
+                         "^reserve_slot: InvalidArgument: the tensor is not a slot cache")],
+    "OutOfRange": [(_past_reservation, pvt.ReservationFullError, "^vtensor_append: OutOfRange: "),
+                   (lambda: pvt.reserve_slot(_slot_cache(), 0, 9), pvt.ReservationFullError,
+                    "^reserve_slot: OutOfRange: ")],
+    "OutOfMemory": [(_over_the_limit(lambda: pvt.append(pvt.from_dense(rand([2, 1, 3, 8]), max_seq_len=4096,
+                                                                       chunk_bytes=4096),
+                                                        rand([2, 200, 3, 8]))),
+                     pvt.VTensorOutOfMemoryError, "^vtensor_append: OutOfMemory: "),
+                    (_over_the_limit(lambda: pvt.reserve_slot(pvt.slot_cache(2, 4096, 1, 8, chunk_bytes=4096), 0, 4096)),
+                     pvt.VTensorOutOfMemoryError, "^reserve_slot: OutOfMemory: "),
+                    (lambda: pvt.from_dense(rand([1, 2, 1, 4]), max_seq_len=2**50), pvt.VTensorOutOfMemoryError,
+                     "^vtensor_from_dense: OutOfMemory: ")],
+}
+# Not reachable on a CPU build from Python: DriverError (a failing OS/CUDA call other than running
+# out of memory), Unsupported (a GPU tensor without CUDA kernels), Conflict (the ops copy instead).
+UNREACHABLE_ON_CPU = {"DriverError", "Unsupported", "Conflict"}
+
+
+def test_the_docstring_table_is_the_table():
+    rows = dict(_table_rows())
+    assert set(rows) == {"(none)"} | set(errors.ERRORS)
+    for code, names in rows.items():
+        cls = errors.ERRORS.get(code)
+        want = ["ValueError", "SlotError"] if cls is None else [cls.__name__]
+        assert names == want, (code, names)
+    assert set(PROVOKE) | UNREACHABLE_ON_CPU == set(rows)
+
+
+@pytest.mark.parametrize("code, i", [(code, i) for code in sorted(PROVOKE) for i in range(len(PROVOKE[code]))])
+def test_each_code_raises_its_class_from_a_real_call(code, i):
+    call, cls, match = PROVOKE[code][i]
+    with pytest.raises(Exception) as info:
+        call()
+    assert type(info.value) is cls, (code, type(info.value), str(info.value))
+    assert re.search(match, str(info.value)), str(info.value)
+    assert errors.ERRORS.get(code) in (None, cls)  # the row's class (None: the door's bad-input class)
+    del info  # its traceback holds the caches
     assert pvt.memory_stats("cpu")["mapped_limit"] == 0

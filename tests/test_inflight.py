@@ -105,7 +105,7 @@ def test_bench_inflight_cli_tiny(tmp_path):
     generate_inflight's ids equal generate() on each prompt alone."""
     import json
 
-    from paddle_vtensor.tools import cli
+    from paddle_vtensor.bench import cli
 
     assert cli.main(["bench-inflight", "--requests", "3", "--prompt-min", "4", "--prompt-max", "12", "--output-min", "2",
                      "--output-max", "6", "--max-batch", "2", "--hidden-size", "64", "--layers", "2", "--vocab", "100",
@@ -119,7 +119,7 @@ def test_bench_inflight_cli_tiny(tmp_path):
 
 
 def test_bench_inflight_layout_tiny(tmp_path):
-    from paddle_vtensor.tools import cli
+    from paddle_vtensor.bench import cli
 
     assert cli.main(["bench-inflight", "--layout", "--layout-slots", "2", "--device", "cpu", "--out", str(tmp_path)]) == 0
     import json

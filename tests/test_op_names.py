@@ -8,6 +8,9 @@ import re
 import pytest
 from conftest import ROOT
 
+from paddle_vtensor import _op_names
+from paddle_vtensor._build import BENCH_ONLY_SOURCE
+
 HEADER = os.path.join(ROOT, "custom_ops", "op_names.h")
 
 
@@ -36,8 +39,7 @@ def test_every_op_in_the_header_is_registered_with_header_attributes(ops):
                                    "vtensor_from_dense", "vtensor_decode_attention"}
     header_attrs = set(attrs.values())
     for op in names.values():
-        assert callable(getattr(ops, op, None)), f"{op} is not an op of the loaded extension"
-        registered = _registered_attrs(op)
+        registered = _registered_attrs(op)  # raises for an op the loaded extension does not register
         assert set(registered) <= header_attrs, (op, registered)
     assert _registered_attrs("vtensor_append") == ["max_seq_len", "chunk_bytes"]
     assert _registered_attrs("vtensor_truncate") == ["seq_len"]
@@ -59,6 +61,8 @@ def test_no_other_file_spells_a_shared_name(folder):
     _, ops, attrs, pass_names = _header()
     spelled = set(ops.values()) | set(attrs.values()) | set(pass_names.values())
     files = glob.glob(os.path.join(ROOT, folder, "*.cc")) + glob.glob(os.path.join(ROOT, folder, "*.h"))
+    # bench-host's own extension: bench-only ops with names of their own, never in the library
+    files = [f for f in files if os.path.relpath(f, ROOT) != BENCH_ONLY_SOURCE]
     assert files
     offenders = []
     for path in files:
@@ -70,4 +74,35 @@ def test_no_other_file_spells_a_shared_name(folder):
                     offenders.append(f"{os.path.relpath(path, ROOT)}: \"{literal}\"")
         if "PD_BUILD_OP(" in code or "REGISTER_IR_PASS(" in code.replace("PVT_REGISTER_IR_PASS(", ""):
             offenders.append(f"{os.path.relpath(path, ROOT)}: registers by a literal name, not PVT_BUILD_OP")
+    assert not offenders, offenders
+
+
+def test_the_python_mirror_is_the_header_exactly():
+    """paddle_vtensor/_op_names.py holds every PVT_OP_/PVT_ATTR_/PVT_PASS_ name of op_names.h with
+    its value, and nothing else of that kind (both directions), plus the pass's quiet option."""
+    text, ops, attrs, passes = _header()
+    header = {**ops, **attrs, **passes}
+    mirror = {k: v for k, v in vars(_op_names).items() if re.fullmatch(r"PVT_(OP|ATTR|PASS)_\w+", k)}
+    assert mirror == header
+    # every define of that kind is caught by the patterns above (none in another spelling)
+    assert len(re.findall(r"#define PVT_(?:OP|ATTR|PASS)_", text)) == len(header)
+    assert re.search(r'kPassQuiet\[\] = "(\w+)"', text).group(1) == _op_names.PASS_OPTION_QUIET
+
+
+def test_python_spells_no_name_outside_the_mirror():
+    """No module of the package but _op_names.py writes an op or pass name as a string constant
+    (attribute names are ordinary words, "scale", "layer": the ops take attributes by position)."""
+    import ast
+
+    _, ops, _, passes = _header()
+    names = set(ops.values()) | set(passes.values())
+    offenders = []
+    for path in glob.glob(os.path.join(ROOT, "paddle_vtensor", "**", "*.py"), recursive=True):
+        if path.endswith("_op_names.py"):
+            continue
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+                offenders.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}: {node.value!r}")
     assert not offenders, offenders

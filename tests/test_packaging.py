@@ -47,7 +47,7 @@ def test_an_installed_package_without_a_usable_library_says_how_to_rebuild(monke
     monkeypatch.setattr(_packaged, "find", lambda: (None, "/x/_lib was built for paddle 0.0.1 (CPU)"))
     with pytest.raises(RuntimeError, match=r"no ops library for this paddle \(/x/_lib was built for paddle 0.0.1 "
                                            r"\(CPU\)\)\. Rebuild .*pip install --no-build-isolation"):
-        _ops._jit_build()
+        _ops._loader._jit_build()
 
 
 def test_the_ops_are_compiled_without_wrapv():
@@ -61,7 +61,7 @@ def test_the_ops_are_compiled_without_wrapv():
 
     if shutil.which("readelf") is None:
         pytest.skip("readelf is not installed")
-    path = _ops.lib()._name
+    path = _ops.library_path()
     info = subprocess.run(["readelf", "--debug-dump=info", path], capture_output=True, text=True).stdout
     producers = {line.split(":", 2)[-1].strip() for line in info.splitlines() if "DW_AT_producer" in line}
     producers = {p for p in producers if "-fwrapv" in p or "-fno-wrapv" in p}
@@ -69,3 +69,23 @@ def test_the_ops_are_compiled_without_wrapv():
         pytest.skip("the library carries no record of its compile flags")
     for p in producers:  # gcc applies the last of -fwrapv / -fno-wrapv
         assert p.rfind("-fno-wrapv") > p.rfind("-fwrapv"), p
+
+
+def test_the_distribution_ships_every_subpackage_the_command_line_needs(tmp_path):
+    """What `pip install .` copies: setup.py's package list, as setuptools records it (egg_info's
+    SOURCES.txt, without building the ops). The command line (bench/) and the generation
+    strategies must be in it, the old tools/ not."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    proc = subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sources = set((tmp_path / "paddle_vtensor.egg-info" / "SOURCES.txt").read_text().split())
+    for name in ("__main__.py", "errors.py", "_env.py", "_op_names.py", "_ops/__init__.py", "_ops/c.py",
+                 "_ops/_loader.py", "bench/cli.py", "bench/demo.py", "bench/tiny_llama.py", "bench/sp_rank.py",
+                 "generation/inflight.py", "generation/speculative_accept.py", "integration/_hooks.py"):
+        assert f"paddle_vtensor/{name}" in sources, name
+    assert not [s for s in sources if s.startswith("paddle_vtensor/tools")]

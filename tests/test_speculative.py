@@ -7,13 +7,13 @@ import pytest
 
 import paddle
 import paddle_vtensor as pvt
-from paddle_vtensor.speculative import speculative_generate
-from paddle_vtensor.speculative_accept import accept_launches
+from paddle_vtensor.generation.speculative import speculative_generate
+from paddle_vtensor.generation.speculative_accept import accept_launches
 
 pytest.importorskip("paddlenlp.transformers.llama.modeling")
 from test_integration_eager import VOCAB, tiny_llama, tiny_qwen  # noqa: E402
 
-from paddle_vtensor.tools.draft_model import draft_from_target  # noqa: E402
+from paddle_vtensor.bench.draft_model import draft_from_target  # noqa: E402
 
 _MODELS = {}
 

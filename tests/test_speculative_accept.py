@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import paddle
 import paddle_vtensor as pvt
-from paddle_vtensor.speculative_accept import accept_launches, speculative_accept
+from paddle_vtensor.generation.speculative_accept import accept_launches, speculative_accept
 
 NUM_SLOTS = 6
 CAPACITY = 64
@@ -171,7 +171,7 @@ def test_bad_inputs_raise_and_change_nothing(make, kw, match):
     n = draft.shape[0]
     accepted, nxt, flag = paddle.full([n], -7, "int32"), paddle.full([n], -7, "int64"), paddle.zeros([1], "int32")
     k = max(draft.shape[1], 1)
-    # The one error table (api.ERRORS): a length past a cache's capacity is ReservationFullError,
+    # The one error table (paddle_vtensor.errors): a length past a cache's capacity is ReservationFullError,
     # every other refusal a bad input (ValueError).
     with pytest.raises(pvt.ReservationFullError if "OutOfRange" in match else ValueError, match=match):
         speculative_accept(*t, accepted, nxt, flag, target_capacity=CAPACITY, draft_capacity=CAPACITY,

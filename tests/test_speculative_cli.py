@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from paddle_vtensor.tools.cli import main
+from paddle_vtensor.bench.cli import main
 
 TINY = ["--hidden-size", "64", "--layers", "3", "--heads", "4", "--kv-heads", "2", "--vocab", "128",
         "--draft-layers", "1", "--batch", "2", "--input-len", "6", "--output-len", "9", "--k", "3",

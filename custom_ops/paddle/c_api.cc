@@ -2,6 +2,7 @@
 // them with ctypes on the same shared library that holds the ops, so both see one registry.
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "../core/apis.h"
 
@@ -33,13 +34,14 @@ void pvt_memory_stats(int kind, int index, int64_t* out) {
   for (int i = 0; i < 9; ++i) out[i] = v[i];
 }
 
-// Returns 0, or 1 with a message in err[0..err_len) (the caller raises ValueError with it).
+// Returns 0, or the status code (InvalidArgument) with "<Code>: <message>" in err[0..err_len),
+// as the slot entry points report (paddle_vtensor/errors.py maps the code to the exception).
 int pvt_set_mapped_limit(int kind, int index, int64_t bytes, char* err, int64_t err_len) {
   if (bytes < 0) {
-    std::snprintf(err, static_cast<size_t>(err_len),
-                  "set_mapped_limit: limit_bytes must be >= 0 (0 or None: no limit), got %lld",
-                  static_cast<long long>(bytes));
-    return 1;
+    const pvt::Status st(pvt::Code::kInvalidArgument,
+                         "limit_bytes must be >= 0 (0 or None: no limit), got " + std::to_string(bytes));
+    std::snprintf(err, static_cast<size_t>(err_len), "%s", st.to_string().c_str());
+    return static_cast<int>(st.code());
   }
   pvt::set_mapped_limit(device_of(kind, index), bytes);
   return 0;

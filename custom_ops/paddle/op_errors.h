@@ -1,5 +1,5 @@
 // How a core Status reaches Python: one PD_THROW whose first line is "<op>: <Code>: <message>"
-// (paddle_vtensor/api.py maps the Code to its exception type).
+// (paddle_vtensor/errors.py maps the Code to its exception type, by one table).
 #pragma once
 
 #include "../core/status.h"

@@ -37,8 +37,9 @@ import weakref
 import paddle
 
 from .. import api
+from ..errors import UnsupportedModelError
 from . import _probe
-from ._hooks import ACTIVE, ModelState, UnsupportedModelError
+from ._hooks import ACTIVE, ModelState
 from .families import FAMILIES, Family, install, install_on_layers, installed_count, uninstall, uninstall_on_layers
 
 

@@ -29,12 +29,10 @@ import paddle
 
 from .. import api
 from ..attention import decode_attention
+from ..errors import ReservationFullError, UnsupportedModelError
 
 _CACHE_DTYPES = (paddle.float32, paddle.float16, paddle.bfloat16)
 
-
-class UnsupportedModelError(TypeError):
-    """The model (or a call it makes) cannot use VTensor caches; nothing was changed."""
 
 
 @dataclasses.dataclass
@@ -77,8 +75,8 @@ def cache_append(state: ModelState, past: paddle.Tensor, new: paddle.Tensor) -> 
     migrating = not (api.is_vtensor(past) and api.storage_view(past).is_contiguous())
     try:
         out = api.append(past, new, max_seq_len=state.max_seq_len, chunk_bytes=state.chunk_bytes)
-    except api.ReservationFullError as e:
-        raise api.ReservationFullError(
+    except ReservationFullError as e:
+        raise ReservationFullError(
             f"paddle_vtensor: the KV cache is full ({past.shape[1]} tokens + {new.shape[1]} new; "
             f"{state.max_seq_len} reserved): pass a larger max_seq_len to paddle_vtensor.apply() "
             f"(the cache is unchanged)") from e

@@ -19,7 +19,8 @@ import inspect
 import numpy as np
 import paddle
 
-from ._hooks import ModelState, UnsupportedModelError
+from ..errors import UnsupportedModelError
+from ._hooks import ModelState
 
 _STEPS = 3  # prefill, first decode (migration), second decode (in-place append)
 

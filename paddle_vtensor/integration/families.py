@@ -25,8 +25,8 @@ import importlib
 import threading
 from typing import Callable
 
+from ..errors import UnsupportedModelError
 from . import _hooks
-from ._hooks import UnsupportedModelError
 
 
 def _check_llama(config, layers) -> None:

@@ -21,9 +21,9 @@ def main(cfg_path: str, out_dir: str) -> None:
 
     pvt._ops.load()  # before the first collective: gloo gives a late peer only so long
     dist.init_parallel_env()
-    from paddle_vtensor.distributed import SequenceParallelKVCache
-    from paddle_vtensor.tools import paired_run, sp_llama
-    from paddle_vtensor.tools.tiny_llama import ModelShape, build_model, random_prompt
+    from paddle_vtensor.generation.distributed import SequenceParallelKVCache
+    from paddle_vtensor.bench import paired_run, sp_llama
+    from paddle_vtensor.bench.tiny_llama import ModelShape, build_model, random_prompt
 
     shape = ModelShape(**cfg["shape"])
     total = cfg["prompt_len"] + cfg["new_tokens"]

@@ -23,8 +23,8 @@ from typing import Callable
 import numpy as np
 import paddle
 
-from .integration._hooks import UnsupportedModelError
-from .slots import (SlotError, attention_with_kvcache, release_slot, reserve_slot, slot_kv_cache)
+from ..errors import SlotError, UnsupportedModelError
+from ..slots import (attention_with_kvcache, release_slot, reserve_slot, slot_kv_cache)
 
 
 @dataclasses.dataclass

@@ -35,7 +35,7 @@ def add_parser(commands, common) -> None:
                    help="Gaussian noise added to the draft's weights, in units of each weight's std")
     b.add_argument("--deep-scale", type=float, default=0.2,
                    help="scale of the target's residual writes (o_proj, down_proj) in layers past the draft's; "
-                        "1.0 leaves the random target as it is (see tools/draft_model.py)")
+                        "1.0 leaves the random target as it is (see bench/draft_model.py)")
     b.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
     b.add_argument("--batch", type=int, default=4, help="sequences")
     b.add_argument("--input-len", type=int, default=64, help="prompt tokens")
@@ -54,8 +54,8 @@ def _timed(fn):
 def run(args) -> int:
     import paddle
 
-    from ..inflight import generate_inflight
-    from ..speculative import speculative_generate
+    from ..generation.inflight import generate_inflight
+    from ..generation.speculative import speculative_generate
     from .draft_model import draft_from_target, scale_deep_layers
 
     if args.repeats < 1 or args.output_len < 2 or args.k < 1:

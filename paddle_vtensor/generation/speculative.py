@@ -31,14 +31,10 @@ import time
 import numpy as np
 import paddle
 
-from .integration._hooks import UnsupportedModelError
+from ..errors import SpeculativeError, UnsupportedModelError
+from ..slots import check_slot_errors
 from .model_runner import SlotModelRunner
-from .slots import check_slot_errors
 from .speculative_accept import ERROR_NAMES, speculative_accept
-
-
-class SpeculativeError(RuntimeError):
-    """The device-side accept step reported a bad sequence (error_flag); the run stopped."""
 
 
 def _llama_class():

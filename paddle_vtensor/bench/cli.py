@@ -1,4 +1,5 @@
-"""The command line: ``python -m paddle_vtensor <command>`` (COMMANDS below)."""
+"""The command line: ``python -m paddle_vtensor <command>``, one of COMMANDS below: demo, bench,
+bench-attention, bench-host, bench-inflight, bench-speculative, sp-decode."""
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,8 @@ def parser() -> argparse.ArgumentParser:
     import importlib
 
     top = argparse.ArgumentParser(prog="python -m paddle_vtensor",
-                                  description="KV caches that grow in place: demos and benchmarks.")
+                                  description="KV caches that grow in place: demos and benchmarks. Commands: "
+                                              + ", ".join(COMMANDS) + ".")
     commands = top.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f".{name.replace('-', '_')}", __package__).add_parser(commands, _common)

@@ -6,12 +6,10 @@ finished-sequence check), on the CPU the op raises with every tensor unchanged.
 """
 from __future__ import annotations
 
-import ctypes
-
 import paddle
 
-from . import _ops
-from .api import _failure
+from .. import _ops, errors
+from .._op_names import PVT_OP_SPECULATIVE_ACCEPT
 
 
 def speculative_accept(draft_tokens: paddle.Tensor, target_tokens: paddle.Tensor, slot_ids: paddle.Tensor,
@@ -29,16 +27,16 @@ def speculative_accept(draft_tokens: paddle.Tensor, target_tokens: paddle.Tensor
     (1 after eos or max_new_tokens), accepted int32 [n], next_tokens int64 [n], error_flag int32 [1].
     target_capacity / draft_capacity: each cache's max_seq_len (no length may pass it).
     Raises ValueError naming the tensor or sequence at fault (ReservationFullError for a length out
-    of range; api.ERRORS is the table), with nothing changed.
+    of range; paddle_vtensor.errors is the table), with nothing changed.
     """
     eos = -1 if eos_token_id is None else int(eos_token_id)
     try:
-        _ops.ops().vtensor_speculative_accept(
-            draft_tokens, target_tokens, slot_ids, target_seqlens, draft_seqlens, out_ids, out_len, finished,
+        _ops.run(
+            PVT_OP_SPECULATIVE_ACCEPT, draft_tokens, target_tokens, slot_ids, target_seqlens, draft_seqlens, out_ids, out_len, finished,
             accepted, next_tokens, error_flag, int(target_capacity), int(draft_capacity), int(target_advance),
             int(draft_advance), eos, int(pad_token_id))
-    except Exception as e:  # the one error table (api.ERRORS): bad input -> ValueError, ...
-        raise _failure("speculative_accept", e, {}) from None
+    except Exception as e:  # the one error table (errors.py): bad input -> ValueError, ...
+        raise errors.from_op_error(e, PVT_OP_SPECULATIVE_ACCEPT) from None
 
 
 # error_flag values (SpeculativeAcceptError in speculative_accept.h).
@@ -54,7 +52,4 @@ ERROR_NAMES = {
 def accept_launches(kind: str = "cpu") -> int:
     """How many times the accept kernel ran in this process on the host ("cpu") or a GPU ("gpu"):
     tests use it to prove a decode loop took the op's path."""
-    fn = _ops.lib().pvt_speculative_accept_launches
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = ctypes.c_int64
-    return int(fn({"cpu": 0, "gpu": 1}[kind]))
+    return _ops.c.speculative_accept_launches({"cpu": 0, "gpu": 1}[kind])

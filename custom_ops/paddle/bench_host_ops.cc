@@ -1,5 +1,6 @@
-// Bench-only custom ops for `python -m paddle_vtensor bench-host` (built by tools/bench_host.py into
-// its own extension; not part of the library):
+// Bench-only custom ops for `python -m paddle_vtensor bench-host` (built by
+// paddle_vtensor/bench/bench_host.py into its own extension; paddle_vtensor/_build.py keeps this file
+// out of the library's sources):
 //   * do-nothing ops with the signatures of vtensor_append / vtensor_truncate /
 //     vtensor_decode_attention: what Paddle's custom-op dispatch alone costs the host (the floor);
 //   * pvt_bench_attention_kernel: the CPU decode-attention kernel alone, timed in C++ over `iters`
@@ -9,7 +10,7 @@
 
 #include "paddle/extension.h"
 
-#include "../../custom_ops/kernels/decode_attention.h"
+#include "../kernels/decode_attention.h"
 
 std::vector<paddle::Tensor> NoopAppend(const paddle::Tensor& cache, const paddle::Tensor&, int64_t,
                                        int64_t) {

@@ -29,9 +29,9 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from . import api
-from .attention import decode_attention
-from .merge import MAX_PARTS, merge_attention_states
+from .. import api
+from ..attention import decode_attention
+from ..merge import MAX_PARTS, merge_attention_states
 
 _DTYPE_CODES = {paddle.float32: 1, paddle.float16: 2, paddle.bfloat16: 3}
 _SIG = ("call", "layer", "batch", "q_len", "q_heads", "head_dim", "n_new", "kv_heads", "dtype", "step")

@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 import numpy as np
 import paddle
 
+from ..slots import check_slot_errors
 from .model_runner import SlotModelRunner
-from .slots import check_slot_errors
 
 
 def _budgets(max_new_tokens, n: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""Loads the compiled ops once, from the first of:
+"""Finds or builds the ops library, once, from the first of:
 
 1. the library ``pip install --no-build-isolation .`` built into the package (_packaged.py), when
    it was built for this paddle (and, from a source tree, from these sources);
@@ -6,47 +6,33 @@
 3. a just-in-time build of the sources next to this package into a per-user cache (only from a
    source tree; an installed package without a matching library says how to rebuild).
 
-``PADDLE_VTENSOR_JIT=1`` skips 1 and 2 (developers changing the C++ sources).
+``PADDLE_VTENSOR_JIT=1`` skips 1 and 2 (developers changing the C++ sources). Only the _ops
+package uses this module; everything else calls the ops through ``paddle_vtensor._ops``.
 """
 from __future__ import annotations
 
-import ctypes
 import fcntl
-import sys
-import time
 import functools
 import glob
 import importlib
 import os
-
 import types
 
-from . import _build, _packaged
-
-
-def _cache_dir() -> str:
-    base = os.environ.get("PADDLE_VTENSOR_BUILD_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "paddle_vtensor"
-    )
-    return base
+from .. import _build, _env, _packaged
 
 
 def _jit_dir(cuda: bool) -> str:
-    return os.path.join(_cache_dir(), _build.source_digest(cuda))
-
-
-def _jit_forced() -> bool:
-    return os.environ.get("PADDLE_VTENSOR_JIT") == "1"
+    return os.path.join(_env.build_dir(), _build.source_digest(cuda))
 
 
 def _use_installed() -> bool:
-    from . import _installed_check
+    from .. import _installed_check
 
-    return not _jit_forced() and _installed_check.installed_is_current()
+    return not _env.jit_forced() and _installed_check.installed_is_current()
 
 
 def _packaged_folder() -> str | None:
-    return None if _jit_forced() else _packaged.find()[0]
+    return None if _env.jit_forced() else _packaged.find()[0]
 
 
 def needs_build() -> bool:
@@ -83,7 +69,7 @@ def _load(cpp_extension, cuda: bool, build_dir: str) -> types.ModuleType:
         extra_cuda_cflags=_build.nvcc_flags(),
         extra_ldflags=_build.ld_flags(cuda),
         build_directory=build_dir,
-        verbose=bool(os.environ.get("PADDLE_VTENSOR_VERBOSE_BUILD")),
+        verbose=_env.verbose_build(),
     )
 
 
@@ -97,7 +83,7 @@ def _find_library(folder: str) -> str:
 def _installed() -> tuple[types.ModuleType, str] | None:
     """The extension installed by setup_ops.py, when it was built from these sources.
     PADDLE_VTENSOR_JIT=1 forces the just-in-time build."""
-    from . import _installed_check
+    from .. import _installed_check
 
     if not _use_installed():
         return None
@@ -105,46 +91,8 @@ def _installed() -> tuple[types.ModuleType, str] | None:
 
 
 @functools.lru_cache(maxsize=None)
-def load() -> tuple[types.ModuleType, ctypes.CDLL]:
-    """(op module, the same library through ctypes for the C entry points)."""
+def load() -> tuple[types.ModuleType, str]:
+    """(the op module, the path of its shared library); the ops are registered with Paddle once
+    this returns."""
     folder = _packaged_folder()
-    found = (_packaged.load(folder), _packaged.library(folder)) if folder else (_installed() or _jit_build())
-    module, so_path = found
-    lib = ctypes.CDLL(so_path)
-    lib.pvt_memory_stats.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
-    lib.pvt_memory_stats.restype = None
-    lib.pvt_set_mapped_limit.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_char_p,
-                                         ctypes.c_int64]
-    lib.pvt_set_mapped_limit.restype = ctypes.c_int
-    lib.pvt_code_name.argtypes = [ctypes.c_int]
-    lib.pvt_code_name.restype = ctypes.c_char_p
-    lib.pvt_reset_peak_mapped.argtypes = [ctypes.c_int, ctypes.c_int]
-    lib.pvt_reset_peak_mapped.restype = None
-    lib.pvt_find_cache.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
-    lib.pvt_find_cache.restype = ctypes.c_int
-    return module, lib
-
-
-def ops() -> types.ModuleType:
-    return load()[0]
-
-
-def lib() -> ctypes.CDLL:
-    return load()[1]
-
-
-def load_ops(out=sys.stdout) -> None:
-    """load(), saying so on `out` when it means a first-time build (the command line uses this)."""
-    try:
-        building = needs_build()
-    except Exception:  # a layout this check does not know: load() still works, we just can't tell
-        building = None
-    if building:
-        print("Building the paddle_vtensor ops (first run only; 1-3 minutes on a 2-core machine)...", file=out, flush=True)
-    started = time.perf_counter()
-    load()
-    if building is not False:
-        print(f"ops ready ({time.perf_counter() - started:.0f} s)", file=out, flush=True)
-
-
-__all__ = ["load", "load_ops", "ops", "lib"]
+    return (_packaged.load(folder), _packaged.library(folder)) if folder else (_installed() or _jit_build())

@@ -4,7 +4,6 @@ for any shapes. All three run interleaved in one process, best of N, so a shared
 hits them alike. Prints a table (stderr) and JSON (stdout, and --out)."""
 from __future__ import annotations
 
-import ctypes
 import json
 import math
 import sys
@@ -135,12 +134,9 @@ def measure(shape, tq: int, dtype: str, repeats: int, seed: int) -> dict:
 
 
 def kernel_info() -> dict:
-    from .._ops import lib
+    from .._ops import c
 
-    so = lib()
-    so.pvt_cpu_attention_isa.restype = ctypes.c_char_p
-    so.pvt_cpu_attention_threads.restype = ctypes.c_int
-    return {"isa": so.pvt_cpu_attention_isa().decode(), "threads": int(so.pvt_cpu_attention_threads())}
+    return {"isa": c.cpu_attention_isa(), "threads": c.cpu_attention_threads()}
 
 
 def table(results: list[dict]) -> str:

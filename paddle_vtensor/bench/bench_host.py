@@ -13,7 +13,7 @@ change in the machine's load falls on every case alike:
   step time over two layer counts, baseline (PaddleNLP's concat path) and plugin.
 
 Ratios are medians over rounds of (case / baseline in the same round). The do-nothing ops live in a
-bench-only extension (tools/bench_host_ops.cc), built on first use.
+bench-only extension (custom_ops/paddle/bench_host_ops.cc), built on first use.
 """
 from __future__ import annotations
 
@@ -58,26 +58,29 @@ class Case:
 def bench_ops():
     """The bench-only extension (do-nothing ops, attention kernel timer), built once per source."""
     import fcntl
+    import glob
     import hashlib
 
     import paddle
     from paddle.utils import cpp_extension
 
-    from .. import _build, _ops
+    from .. import _build, _env
 
-    sources = [os.path.join(os.path.dirname(__file__), "bench_host_ops.cc"),
-               os.path.join(_build.ROOT, "custom_ops", "kernels", "decode_attention_cpu.cc"),
-               os.path.join(_build.ROOT, "custom_ops", "core", "status.cc")]
-    digest = hashlib.sha256(paddle.__version__.encode())
-    for path in sources + [os.path.join(_build.ROOT, "custom_ops", "kernels", "decode_attention.h")]:
+    # The bench ops sit next to the adapter they measure (_build.sources() leaves them out of the
+    # library), with the core and host kernels by pattern and the library's flags, so the kernel
+    # timed alone is the one the op runs.
+    sources = [os.path.join(_build.ROOT, *_build.BENCH_ONLY_SOURCE.split("/"))] + _build.host_sources()
+    digest = hashlib.sha256(" ".join([paddle.__version__] + _build.CXX_FLAGS).encode())
+    headers = glob.glob(os.path.join(_build.ROOT, "custom_ops", "**", "*.h"), recursive=True)
+    for path in sources + sorted(headers):
         with open(path, "rb") as f:
             digest.update(f.read())
-    build_dir = os.path.join(_ops._cache_dir(), "bench_host", digest.hexdigest()[:16])
+    build_dir = os.path.join(_env.build_dir(), "bench_host", digest.hexdigest()[:16])
     os.makedirs(build_dir, exist_ok=True)
     with open(os.path.join(build_dir, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return cpp_extension.load(name="pvt_bench_host_ops", sources=sources, extra_cxx_cflags=["-O2", "-std=c++17"],
-                                  build_directory=build_dir, verbose=False)
+        return cpp_extension.load(name="pvt_bench_host_ops", sources=sources, extra_cxx_cflags=list(_build.CXX_FLAGS),
+                                  build_directory=build_dir, verbose=_env.verbose_build())
 
 
 def interleaved(cases: list[Case], calls: int, rounds: int) -> tuple[dict, dict]:
@@ -124,7 +127,7 @@ def summarise(cases: list[Case], per_round: dict[str, list[float]], limits: dict
 
 def api_cases(device: str) -> tuple[list[Case], dict]:
     import paddle
-    from paddle import _C_ops
+    from paddle import _C_ops  # the bench-only extension's do-nothing ops: Paddle's dispatch floor itself
 
     from .. import api
     from ..attention import decode_attention

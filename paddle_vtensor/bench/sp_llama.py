@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
-from ..distributed import SequenceParallelKVCache
+from ..generation.distributed import SequenceParallelKVCache
 
 
 class SequenceParallelLM:
@@ -20,7 +20,7 @@ class SequenceParallelLM:
     the tokens before ``start`` living in the ranks' caches."""
 
     def __init__(self, model, sp: SequenceParallelKVCache, batch: int, max_seq_len: int):
-        from ..model_runner import SlotModelRunner
+        from ..generation.model_runner import SlotModelRunner
 
         self.sp, self.batch = sp, int(batch)
         self.runner = SlotModelRunner(model, num_slots=self.batch, max_seq_len=max_seq_len, attention=self._attend)

@@ -1,0 +1,128 @@
+"""The library's plain C entry points (what is not a tensor op), declared once with ctypes and
+wrapped in typed functions. ``kind``/``index`` name a device as the entry points take it: (0, 0)
+the host, (1, N) GPU N. Entry points that can fail return ``(code, text)``: ``code`` 0, or the
+core's status code with ``text`` = ``"<Code>: <message>"`` for errors.from_status.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+from . import _loader
+
+_I64 = ctypes.c_int64
+_ERR_LEN = 512
+STAT_KEYS = ("reserved_bytes", "mapped_bytes", "peak_mapped_bytes", "live_regions", "live_vtensors",
+             "map_calls", "unmap_calls", "mapped_limit", "bytes_written")  # c_api.cc pvt_memory_stats
+CACHE_INFO_KEYS = ("batch", "heads", "head_dim", "elem_bytes", "capacity_tokens", "longest_view")
+SLOT_INFO_KEYS = ("num_slots", "max_seq_len", "row_bytes", "chunk_bytes", "reserved_bytes", "mapped_bytes")
+
+# name: (restype, argtypes)
+_SIGNATURES = {
+    "pvt_memory_stats": (None, [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_I64)]),
+    "pvt_set_mapped_limit": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, _I64, ctypes.c_char_p, _I64]),
+    "pvt_reset_peak_mapped": (None, [ctypes.c_int, ctypes.c_int]),
+    "pvt_code_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "pvt_find_cache": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_I64)]),
+    "pvt_slot_reserve": (ctypes.c_int, [ctypes.c_void_p, _I64, _I64, ctypes.c_void_p, ctypes.c_char_p, _I64]),
+    "pvt_slot_release": (ctypes.c_int, [ctypes.c_void_p, _I64, ctypes.c_void_p, ctypes.c_char_p, _I64]),
+    "pvt_slot_info": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_I64)]),
+    "pvt_slot_mapped_tokens": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), _I64]),
+    "pvt_speculative_accept_launches": (_I64, [ctypes.c_int]),
+    "pvt_last_pass_report": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
+    "pvt_cpu_attention_isa": (ctypes.c_char_p, []),
+    "pvt_cpu_attention_threads": (ctypes.c_int, []),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _lib() -> ctypes.CDLL:
+    lib = ctypes.CDLL(_loader.load()[1])
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return lib
+
+
+def fast_calls_module():
+    """The CPython module that custom_ops/paddle/fast_calls.cc builds (PyDLL: it holds the GIL)."""
+    make = ctypes.PyDLL(_loader.load()[1]).pvt_fast_calls
+    make.restype, make.argtypes = ctypes.py_object, []
+    return make()
+
+
+def _ints(values) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def memory_stats(kind: int, index: int) -> dict:
+    out = (_I64 * len(STAT_KEYS))()
+    _lib().pvt_memory_stats(kind, index, out)
+    return dict(zip(STAT_KEYS, _ints(out)))
+
+
+def set_mapped_limit(kind: int, index: int, limit_bytes: int) -> tuple[int, str]:
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = _lib().pvt_set_mapped_limit(kind, index, limit_bytes, err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def reset_peak_mapped(kind: int, index: int) -> None:
+    _lib().pvt_reset_peak_mapped(kind, index)
+
+
+def code_name(code: int) -> str | None:
+    """The core's name of status code ``code`` (pvt::code_name), or None past the last one."""
+    name = _lib().pvt_code_name(code)
+    return None if name is None else name.decode()
+
+
+def find_cache(ptr: int) -> dict | None:
+    """The VTensor cache whose reservation holds address ``ptr`` (CACHE_INFO_KEYS), or None."""
+    out = (_I64 * len(CACHE_INFO_KEYS))()
+    return dict(zip(CACHE_INFO_KEYS, _ints(out))) if _lib().pvt_find_cache(ctypes.c_void_p(ptr), out) else None
+
+
+def slot_reserve(ptr: int, slot: int, tokens: int, stream: int | None) -> tuple[int, str]:
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = _lib().pvt_slot_reserve(ctypes.c_void_p(ptr), slot, tokens, ctypes.c_void_p(stream), err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def slot_release(ptr: int, slot: int, stream: int | None) -> tuple[int, str]:
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = _lib().pvt_slot_release(ctypes.c_void_p(ptr), slot, ctypes.c_void_p(stream), err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def slot_info(ptr: int) -> dict | None:
+    """The slot cache whose reservation holds ``ptr`` (SLOT_INFO_KEYS), or None."""
+    out = (_I64 * len(SLOT_INFO_KEYS))()
+    return dict(zip(SLOT_INFO_KEYS, _ints(out))) if _lib().pvt_slot_info(ctypes.c_void_p(ptr), out) else None
+
+
+def slot_mapped_tokens(ptr: int, num_slots: int) -> list[int]:
+    out = (ctypes.c_int32 * num_slots)()
+    _lib().pvt_slot_mapped_tokens(ctypes.c_void_p(ptr), out, num_slots)
+    return list(out)
+
+
+def speculative_accept_launches(kind: int) -> int:
+    return int(_lib().pvt_speculative_accept_launches(kind))
+
+
+def last_pass_report() -> str:
+    """The JSON text of the PIR pass's last run in this process (passes/pass_report.h)."""
+    fn = _lib().pvt_last_pass_report
+    size = fn(None, 0)
+    buf = ctypes.create_string_buffer(size + 1)
+    fn(buf, size + 1)
+    return buf.value.decode("utf-8")
+
+
+def cpu_attention_isa() -> str:
+    return _lib().pvt_cpu_attention_isa().decode()
+
+
+def cpu_attention_threads() -> int:
+    return int(_lib().pvt_cpu_attention_threads())
