@@ -48,17 +48,33 @@ def _failure(fn: str, error: Exception, tensors: dict) -> Exception:
 
 
 _INT64_END = 1 << 63
+_INT_DTYPES = (paddle.int8, paddle.int16, paddle.int32, paddle.int64, paddle.uint8)
 
 
-def _int(fn: str, name: str, value) -> int:
-    """``value`` as an int that fits the ops' int64 attributes. The ops check the range they need;
-    Paddle would silently wrap 2**63 to -1 (and accept numpy ints only sometimes)."""
+def _int(fn: str, name: str, value, lo: int = -_INT64_END, hi: int = _INT64_END - 1,
+         out_of_range: type[Exception] = ValueError) -> int:
+    """``value`` as an int in ``[lo, hi]`` (default: what the ops' int64 attributes hold), checked
+    before any cast: Paddle would silently wrap 2**63 to -1, ctypes 2**64 to 0, ``int(2.9)`` is 2.
+    A Python int, a numpy integer or a one-element integer tensor; TypeError for anything else (a
+    float, a bool, a string), ``out_of_range`` outside ``[lo, hi]``. The one such check of the
+    package (slots.py and generation/ use it too)."""
     if type(value) is not int:
-        if isinstance(value, bool) or not hasattr(type(value), "__index__"):
-            raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__} {value!r}")
-        value = operator.index(value)  # numpy integers
-    if not -_INT64_END <= value < _INT64_END:
-        raise ValueError(f"{fn}: {name}={value} does not fit in 64 bits")
+        if isinstance(value, paddle.Tensor):
+            if value.dtype not in _INT_DTYPES or value.size != 1:
+                raise TypeError(f"{fn}: {name} must be an int, got a {value.dtype} tensor of shape {value.shape}")
+            value = int(value.item())
+        else:
+            try:  # numpy integers; numpy bools and floats (and a float 0-d array) have no index
+                index = None if isinstance(value, bool) else operator.index(value)
+            except TypeError:
+                index = None
+            if index is None:
+                raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__} {value!r}")
+            value = index
+    if not lo <= value <= hi:
+        if (lo, hi) == (-_INT64_END, _INT64_END - 1):
+            raise out_of_range(f"{fn}: {name}={value} does not fit in 64 bits")
+        raise out_of_range(f"{fn}: {name} must be in [{lo}, {hi}], got {value}")
     return value
 
 

@@ -16,6 +16,7 @@ import paddle
 
 from . import _ops, errors
 from ._op_names import PVT_OP_MERGE_ATTENTION_STATES
+from .api import _no_gradients
 
 MAX_PARTS = 64  # kernels/merge_attention_states.h: kMaxMergeParts (the op refuses more)
 
@@ -31,7 +32,8 @@ def merge_attention_states(outs: Sequence[paddle.Tensor], lses: Sequence[paddle.
 
     Raises ``TypeError`` for something that is not a list of tensors and ``ValueError`` (from the
     op's own checks) when the parts disagree (count, shape, dtype, place) or exceed ``MAX_PARTS``
-    (merge in groups: the result's lse lets merges compose); nothing is written then.
+    (merge in groups: the result's lse lets merges compose), or when an input requires gradients
+    (stop_gradient=False while grad is enabled: the merge carries none); nothing is written then.
     """
     # What the op cannot see: Paddle turns a list of non-tensors into an error of its own.
     for name, xs in (("outs", outs), ("lses", lses)):
@@ -40,6 +42,7 @@ def merge_attention_states(outs: Sequence[paddle.Tensor], lses: Sequence[paddle.
         for i, x in enumerate(xs):
             if not isinstance(x, paddle.Tensor):
                 raise TypeError(f"merge_attention_states: {name}[{i}] must be a paddle.Tensor, got {type(x).__name__}")
+    _no_gradients("merge_attention_states", *outs, *lses)
     try:
         out, lse = _ops.run(PVT_OP_MERGE_ATTENTION_STATES, list(outs), list(lses))
     except Exception as e:

@@ -12,20 +12,25 @@ mapped memory follows the sum of the slots' lengths.
     out = pvt.attention_with_kvcache(q, k, v, cache_seqlens, k_new=kn, v_new=vn,
                                      cu_seqlens_q=cu, slot_ids=slots)
 
-Only the slot ops read a slot cache: its tensor spans memory that is not mapped, so a plain Paddle
-op on the whole tensor (printing it, ``.numpy()``) would touch unmapped pages.
+A slot cache tensor spans memory that is mostly not mapped. On the CPU that memory reads as zeros
+(printing the cache, ``.numpy()``, a slice, ``paddle.save`` work and copy the whole reservation); on
+a GPU only the slot ops and :func:`read_slot` may read it. The slot functions take only the tensor
+:func:`slot_cache` returned (or ``cache.k(l)`` / ``cache.v(l)`` of a :class:`SlotKVCache`), never a
+view of it: SlotError otherwise, TypeError for what is not a tensor. Every integer argument is
+range-checked before any cast (api._int), and every check runs before the first write.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 import numpy as np
 import paddle
 
 from . import _ops, errors
 from ._op_names import PVT_OP_SLOT_ATTENTION, PVT_OP_SLOT_CACHE, PVT_OP_SLOT_ERRORS
-from .api import _config
+from .api import _config, _int, _no_gradients
 from .errors import SlotError
 
 
@@ -52,12 +57,17 @@ def _place(place):
     return place
 
 
-def _new_cache(shape, dtype, place, chunk_bytes) -> paddle.Tensor:
-    # The op checks the dtype and that every dimension is positive.
+_INT32 = (-(1 << 31), (1 << 31) - 1)  # what the kernels' int32 ids and lengths hold
+_INT64_MAX = (1 << 63) - 1
+
+
+def _new_cache(fn: str, dims: dict, dtype, place, chunk_bytes) -> paddle.Tensor:
+    # Python checks each is an int of at least 1; the op checks the dtype and the sizes' product.
+    shape = [_int(fn, name, value, 1, _INT64_MAX, SlotError) for name, value in dims.items()]
+    c = _config.chunk_bytes if chunk_bytes is None else _int(fn, "chunk_bytes", chunk_bytes, 1, _INT64_MAX, SlotError)
     dtype = paddle.base.framework.convert_np_dtype_to_dtype_(dtype) if isinstance(dtype, str) else dtype
     like = paddle.zeros([1], dtype=dtype).to(_place(place))
-    c = _config.chunk_bytes if chunk_bytes is None else int(chunk_bytes)
-    return _run(PVT_OP_SLOT_CACHE, like, [int(s) for s in shape], c)
+    return _run(PVT_OP_SLOT_CACHE, like, shape, c)
 
 
 def slot_cache(num_slots: int, max_seq_len: int, num_heads: int, head_dim: int, dtype="float32", place=None,
@@ -65,11 +75,43 @@ def slot_cache(num_slots: int, max_seq_len: int, num_heads: int, head_dim: int, 
     """One layer's K (or V) slot cache ``[num_slots, max_seq_len, num_heads, head_dim]``, contiguous
     (strides ``{max_seq_len*H*D, H*D, D, 1}``), nothing mapped. ``place``: None (paddle's current
     device), 'cpu', 'gpu:N' or a Place. ``chunk_bytes``: mapping granularity (default 2 MiB)."""
-    return _new_cache([num_slots, max_seq_len, num_heads, head_dim], dtype, place, chunk_bytes)
+    return _new_cache("slot_cache", {"num_slots": num_slots, "max_seq_len": max_seq_len, "num_heads": num_heads,
+                                     "head_dim": head_dim}, dtype, place, chunk_bytes)
 
 
-@dataclasses.dataclass(frozen=True)
-class LayerKV:
+def _summary(kind: str, storage: paddle.Tensor, extra: str = "") -> str:
+    """What a slot cache object prints: its sizes and what is mapped, never the storage tensor."""
+    try:
+        info = slot_info(storage)
+        mapped = f"tokens mapped {int(info['mapped_tokens'].sum())}, mapped_bytes {info['mapped_bytes']}"
+    except Exception as e:  # a repr must not raise: say why instead
+        mapped = f"not a live slot cache ({type(e).__name__})"
+    shape = storage.shape
+    heads = f"num_kv_heads {shape[-2]}, head_dim {shape[-1]}"
+    layers = f"num_layers {shape[2]}, " if len(shape) == 6 else ""
+    return (f"{kind}({extra}num_slots {shape[0]}, max_seq_len {shape[1]}, {layers}{heads}, "
+            f"dtype {str(storage.dtype).replace('paddle.', '')}, place {storage.place}, {mapped})")
+
+
+class _NotCopyable:
+    """Copying a slot cache object would copy its whole reservation (or, on a GPU, read unmapped
+    memory); pickling one cannot keep what makes it a slot cache. Both raise a TypeError that says
+    what to do instead."""
+
+    def _refuse(self, what: str):
+        raise TypeError(f"{type(self).__name__} cannot be {what}: it holds a slot cache (mostly unmapped "
+                        "virtual memory). Copy what you need with paddle_vtensor.read_slot(cache, slot, tokens) "
+                        "(a dense tensor that saves, pickles and copies), or make a new cache and write into it")
+
+    def __deepcopy__(self, memo):
+        self._refuse("deep-copied")
+
+    def __reduce_ex__(self, protocol):
+        self._refuse("pickled or saved (paddle.save)")
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class LayerKV(_NotCopyable):
     """Layer ``layer``'s K (kv=0) or V (kv=1) inside a model-wide :class:`SlotKVCache`: what
     :func:`attention_with_kvcache` takes as ``k_cache`` / ``v_cache`` (never made contiguous)."""
 
@@ -77,8 +119,18 @@ class LayerKV:
     layer: int
     kv: int
 
+    def __post_init__(self):
+        if not isinstance(self.storage, paddle.Tensor) or len(self.storage.shape) != 6:
+            raise SlotError("LayerKV: storage must be a SlotKVCache's storage [num_slots, max_seq_len, num_layers, 2, "
+                            "num_kv_heads, head_dim]: use cache.k(layer) / cache.v(layer)")
+        object.__setattr__(self, "layer", _int("LayerKV", "layer", self.layer, 0, self.storage.shape[2] - 1, SlotError))
+        object.__setattr__(self, "kv", _int("LayerKV", "kv", self.kv, 0, 1, SlotError))
 
-class SlotKVCache:
+    def __repr__(self) -> str:
+        return _summary("LayerKV", self.storage, f"layer {self.layer}, {'KV'[self.kv]}, ")
+
+
+class SlotKVCache(_NotCopyable):
     """The whole model's K and V in token rows that hold every layer: storage
     ``[num_slots, max_seq_len, num_layers, 2, num_kv_heads, head_dim]``. A chunk then holds a few
     tokens of one slot for all layers, so the rounding waste is at most one chunk per slot for the
@@ -89,10 +141,13 @@ class SlotKVCache:
         self.num_slots, self.max_seq_len, self.num_layers, _, self.num_kv_heads, self.head_dim = storage.shape
 
     def k(self, layer: int) -> LayerKV:
-        return LayerKV(self.storage, int(layer), 0)
+        return LayerKV(self.storage, layer, 0)
 
     def v(self, layer: int) -> LayerKV:
-        return LayerKV(self.storage, int(layer), 1)
+        return LayerKV(self.storage, layer, 1)
+
+    def __repr__(self) -> str:
+        return _summary("SlotKVCache", self.storage)
 
     @property
     def dtype(self):
@@ -106,18 +161,30 @@ class SlotKVCache:
 def slot_kv_cache(num_layers: int, num_slots: int, max_seq_len: int, num_kv_heads: int, head_dim: int,
                   dtype="float32", place=None, chunk_bytes: int | None = None) -> SlotKVCache:
     """A model-wide slot cache (all layers' K and V in one reservation), nothing mapped."""
-    return SlotKVCache(_new_cache([num_slots, max_seq_len, num_layers, 2, num_kv_heads, head_dim], dtype, place,
-                                  chunk_bytes))
+    dims = {"num_slots": num_slots, "max_seq_len": max_seq_len, "num_layers": num_layers, "kv": 2,
+            "num_kv_heads": num_kv_heads, "head_dim": head_dim}
+    return SlotKVCache(_new_cache("slot_kv_cache", dims, dtype, place, chunk_bytes))
 
 
-def _storage(cache) -> paddle.Tensor:
-    if isinstance(cache, SlotKVCache):
-        return cache.storage
-    if isinstance(cache, LayerKV):
-        return cache.storage
-    if isinstance(cache, paddle.Tensor):
-        return cache
-    raise TypeError(f"expected a slot cache (slot_cache / slot_kv_cache), got {type(cache).__name__}")
+def _storage(cache, fn: str) -> paddle.Tensor:
+    """The slot cache tensor behind ``cache`` (a slot cache, a SlotKVCache or a LayerKV of one).
+    TypeError for what is not one of those; SlotError for a tensor that is not a slot cache itself.
+    The C entry points find the cache by its base pointer, which a reshape of the cache shares: so
+    the tensor's shape, row size and strides are checked here (the ops check the tensor itself)."""
+    tensor = cache.storage if isinstance(cache, (SlotKVCache, LayerKV)) else cache
+    if not isinstance(tensor, paddle.Tensor):
+        raise TypeError(f"{fn}: expected a slot cache (slot_cache / slot_kv_cache), got {type(cache).__name__}")
+    info = _ops.c.slot_info(tensor.data_ptr())
+    if info is None:
+        raise SlotError(f"{fn}: the tensor is not a slot cache (make one with paddle_vtensor.slot_cache or "
+                        "slot_kv_cache)")
+    shape = tensor.shape
+    if (len(shape) < 3 or shape[:2] != [info["num_slots"], info["max_seq_len"]] or not tensor.is_contiguous()
+            or math.prod(shape[2:]) * tensor.element_size() != info["row_bytes"]):
+        raise SlotError(f"{fn}: the tensor (shape {list(shape)}) is a view of a slot cache of {info['num_slots']} slots x "
+                        f"{info['max_seq_len']} tokens x {info['row_bytes']} bytes, not a slot cache itself: pass "
+                        "the tensor slot_cache returned, unchanged")
+    return tensor
 
 
 def _stream(storage: paddle.Tensor) -> int | None:
@@ -128,24 +195,25 @@ def reserve_slot(cache, slot: int, tokens: int) -> None:
     """Map rows ``[0, tokens)`` of ``slot`` (a host decision, made before the step that writes them).
     Raises ReservationFullError past max_seq_len or for a bad slot, VTensorOutOfMemoryError when
     memory runs out; on error nothing changed."""
-    storage = _storage(cache)
-    _check(*_ops.c.slot_reserve(storage.data_ptr(), int(slot), int(tokens), _stream(storage)), "reserve_slot")
+    storage = _storage(cache, "reserve_slot")
+    slot, tokens = _int("reserve_slot", "slot", slot, out_of_range=SlotError), _int("reserve_slot", "tokens", tokens,
+                                                                                    out_of_range=SlotError)
+    _check(*_ops.c.slot_reserve(storage.data_ptr(), slot, tokens, _stream(storage)), "reserve_slot")
 
 
 def release_slot(cache, slot: int) -> None:
     """Give ``slot``'s memory back (its chunks are unmapped, except a border chunk a neighbouring slot
     still uses; not pooled: mapping is cheap next to a step). Reading the slot with a non-zero length
     afterwards is an error until it is reserved again."""
-    storage = _storage(cache)
-    _check(*_ops.c.slot_release(storage.data_ptr(), int(slot), _stream(storage)), "release_slot")
+    storage = _storage(cache, "release_slot")
+    slot = _int("release_slot", "slot", slot, out_of_range=SlotError)
+    _check(*_ops.c.slot_release(storage.data_ptr(), slot, _stream(storage)), "release_slot")
 
 
 def slot_info(cache) -> dict:
     """num_slots, max_seq_len, row_bytes, chunk_bytes, reserved_bytes, mapped_bytes, mapped_tokens."""
-    ptr = _storage(cache).data_ptr()
+    ptr = _storage(cache, "slot_info").data_ptr()
     info = _ops.c.slot_info(ptr)
-    if info is None:
-        raise ValueError("slot_info: not a slot cache")
     info["mapped_tokens"] = np.array(_ops.c.slot_mapped_tokens(ptr, info["num_slots"]), dtype=np.int32)
     return info
 
@@ -154,12 +222,13 @@ def read_slot(cache, slot: int, tokens: int) -> paddle.Tensor:
     """A dense copy of the first ``tokens`` rows of ``slot``: ``[tokens, H, D]`` for a one-layer cache
     or a LayerKV, ``[tokens, L, 2, Hkv, D]`` for a SlotKVCache. Only reserved rows can be read."""
     info = slot_info(cache)
-    slot, tokens = int(slot), int(tokens)
+    slot, tokens = _int("read_slot", "slot", slot, out_of_range=SlotError), _int("read_slot", "tokens", tokens,
+                                                                                  out_of_range=SlotError)
     if not 0 <= slot < info["num_slots"]:
         raise SlotError(f"read_slot: slot {slot} is out of range [0, {info['num_slots']})")
     if not 0 <= tokens <= int(info["mapped_tokens"][slot]):
         raise SlotError(f"read_slot: slot {slot} has {int(info['mapped_tokens'][slot])} tokens mapped, asked for {tokens}")
-    storage = _storage(cache)
+    storage = _storage(cache, "read_slot")
     rows = storage[slot, :tokens].clone()
     if isinstance(cache, LayerKV):
         rows = rows[:, cache.layer, cache.kv]
@@ -170,21 +239,45 @@ def check_slot_errors(cache) -> None:
     """Raise SlotError when a GPU kernel refused a sequence of this cache since the last check (its
     rows were not reserved, or past max_seq_len); clears the flag. One device-to-host read. On the
     CPU the ops raise at once, so this never raises there."""
-    flag = _run(PVT_OP_SLOT_ERRORS, _storage(cache))
+    flag = _run(PVT_OP_SLOT_ERRORS, _storage(cache, "check_slot_errors"))
     if int(flag.numpy()[0]):
         raise SlotError("check_slot_errors: a kernel skipped a sequence whose slot rows were not reserved "
                         "(reserve_slot before the step) or that passed max_seq_len; its output is zeros")
 
 
 def _int32(x, name: str, place) -> paddle.Tensor:
-    """A list / numpy array becomes an int32 tensor on `place`; a tensor goes as it is (the op checks
-    its dtype, shape and place)."""
+    """A list / numpy array becomes an int32 tensor on `place`, each value checked to fit int32
+    first (a cast would run on other values); a tensor goes as it is (the op checks its dtype,
+    shape and place)."""
     if isinstance(x, paddle.Tensor):
         return x
     arr = np.asarray(x)
+    if arr.dtype == object:  # Python ints past int64 (or anything else): each checked as an int
+        arr = np.array([_int("attention_with_kvcache", name, v, *_INT32, SlotError) for v in arr.reshape(-1)],
+                       dtype=np.int64).reshape(arr.shape)
     if arr.dtype.kind not in "iu":
         raise SlotError(f"attention_with_kvcache: {name} must hold integers, got {arr.dtype}")
+    if arr.size and (int(arr.min()) < _INT32[0] or int(arr.max()) > _INT32[1]):
+        bad = int(arr.max()) if int(arr.max()) > _INT32[1] else int(arr.min())
+        raise SlotError(f"attention_with_kvcache: {name} must be in [{_INT32[0]}, {_INT32[1]}] (int32), got {bad}")
     return paddle.to_tensor(arr.astype(np.int32), place=place)
+
+
+def _optional_tensor(fn: str, name: str, x):
+    if x is not None and not isinstance(x, paddle.Tensor):
+        raise TypeError(f"{fn}: {name} must be a paddle.Tensor or None, got {type(x).__name__}")
+    return x
+
+
+def _scale(fn: str, softmax_scale, head_dim: int) -> float:
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(softmax_scale, (bool, np.bool_)) or not isinstance(softmax_scale, numbers.Real):
+        raise TypeError(f"{fn}: softmax_scale must be a float or None, got {type(softmax_scale).__name__}")
+    scale = float(softmax_scale)
+    if not abs(scale) <= float(np.finfo(np.float32).max):  # the op takes it as float32: 1e39 is inf there
+        raise SlotError(f"{fn}: softmax_scale must be finite in float32, got {scale}")
+    return scale
 
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k_new=None, v_new=None, cu_seqlens_q=None,
@@ -209,15 +302,23 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k_new=None, v_new
     anything is written; on the GPU the sequence is skipped (zeros) and :func:`check_slot_errors`
     raises.
     """
+    fn = "attention_with_kvcache"
     if not isinstance(q, paddle.Tensor):
-        raise TypeError(f"attention_with_kvcache: q must be a paddle.Tensor, got {type(q).__name__}")
+        raise TypeError(f"{fn}: q must be a paddle.Tensor, got {type(q).__name__}")
+    k_new, v_new = _optional_tensor(fn, "k_new", k_new), _optional_tensor(fn, "v_new", v_new)
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"{fn}: causal must be a bool, got {type(causal).__name__} {causal!r}")
+    bounds = [0 if m is None else _int(fn, name, m, 0, _INT32[1], SlotError)
+              for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k))]
+    scale = _scale(fn, softmax_scale, q.shape[-1])
     layer = -1
     if isinstance(k_cache, LayerKV) or isinstance(v_cache, LayerKV):
         if not (isinstance(k_cache, LayerKV) and isinstance(v_cache, LayerKV) and k_cache.kv == 0
                 and v_cache.kv == 1 and k_cache.layer == v_cache.layer and k_cache.storage is v_cache.storage):
             raise SlotError("attention_with_kvcache: with a SlotKVCache pass cache.k(l) and cache.v(l) of one layer")
         layer = k_cache.layer
-    k_storage, v_storage = _storage(k_cache), _storage(v_cache)
+    k_storage, v_storage = _storage(k_cache, fn), _storage(v_cache, fn)
+    _no_gradients(fn, *[t for t in (q, k_new, v_new, k_storage, v_storage) if t is not None])
     place = q.place
     batched = q.ndim == 4
     if batched:
@@ -229,7 +330,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k_new=None, v_new
         v_new = None if v_new is None else v_new.reshape([n * tq] + list(v_new.shape[2:]))
         cu = paddle.arange(0, n + 1, dtype="int32") * tq
         cu = cu.to(place) if "gpu" in str(place).lower() else cu
-        max_seqlen_q = tq
+        bounds[0] = tq
     elif q.ndim == 3:
         if cu_seqlens_q is None:
             raise SlotError("attention_with_kvcache: packed q [total_q, Hq, D] needs cu_seqlens_q")
@@ -258,11 +359,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k_new=None, v_new
                                 f"{int(cache_seqlens.numpy()[slots.numpy()[b]])} tokens, fewer than its {int(counts.numpy()[b])} queries")
         # A new tensor (the caller's is not modified), with the op's meaning of cache_seqlens.
         cache_seqlens = paddle.scatter(cache_seqlens, slots, paddle.gather(cache_seqlens, slots) - counts)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
-    if not math.isfinite(scale):
-        raise SlotError(f"attention_with_kvcache: softmax_scale must be finite, got {scale}")
     out = _run(PVT_OP_SLOT_ATTENTION, q, k_storage, v_storage, cache_seqlens, k_new, v_new, cu, slots, int(layer), scale,
-               bool(causal), int(max_seqlen_q or 0), int(max_seqlen_k or 0))
+               bool(causal), *bounds)
     return out.reshape([n, -1, out.shape[1], out.shape[2]]) if batched else out
 
 

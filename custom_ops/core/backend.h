@@ -1,7 +1,8 @@
 // Backend: the virtual-memory primitives, one implementation per device kind. Physical memory and
 // its mappings are separate, so one physical chunk can be mapped at several addresses (aliases).
-//   host: mmap(PROT_NONE) reservation; chunks are page ranges of a memfd, mapped MAP_SHARED|MAP_FIXED
-//         into it; unmapping puts PROT_NONE anonymous memory back; release punches the pages out.
+//   host: mmap(PROT_READ) reservation (reads zeros, writes fault); chunks are page ranges of a memfd,
+//         mapped MAP_SHARED|MAP_FIXED into it; unmapping puts read-only anonymous memory back;
+//         release punches the pages out.
 //   cuda: cuMemAddressReserve / cuMemCreate / cuMemMap+cuMemSetAccess / cuMemUnmap / cuMemRelease.
 // A Region (region.h) is the only caller; it keeps the chunk bookkeeping (which chunk is mapped
 // where, how many places map it), the backend keeps none beyond what the host needs to hand out

@@ -1,9 +1,14 @@
 // Host backend: the CPU counterpart of the CUDA VMM API, and the one CI exercises.
-//   reserve       = mmap(PROT_NONE, MAP_NORESERVE): address space only, no commit charge
+//   reserve       = mmap(PROT_READ, MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE): address space only, no
+//                   commit charge. Readable on purpose: a read of a place no chunk is mapped at reads
+//                   the kernel's shared zero page (no memory used), so printing a slot cache or
+//                   .numpy() of one reads zeros where nothing was written instead of faulting
+//                   (issue 30). Writes there still fault: the ops refuse them before writing.
 //   create_chunk  = a page range of this process's memfd: a released range of the same size, else
 //                   the end of the file (which grows sparsely); no memory until first touch
 //   map_chunk     = mmap(MAP_SHARED|MAP_FIXED) of that range: every mapping shares its pages
-//   unmap_chunk   = mmap(PROT_NONE anonymous, MAP_FIXED) over the mapping: the range stays reserved
+//   unmap_chunk   = mmap(PROT_READ anonymous, MAP_FIXED) over the mapping: the range stays reserved
+//                   (and reads zeros again)
 //   release_chunk = fallocate(PUNCH_HOLE): the pages are freed now; the range is handed out again
 // One memfd per process, however many chunks live: the fd count is 1 (plus 1 inherited from each
 // fork ancestor, see below). File offsets cost nothing where no page lives, so the file is never
@@ -53,8 +58,8 @@ class HostBackend final : public Backend {
   size_t granularity() const override { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
   Status reserve(size_t bytes, void** base) override {
-    void* p = mmap(nullptr, bytes, PROT_NONE, kReservedFlags, -1, 0);
-    if (p == MAP_FAILED) return os_error("mmap(PROT_NONE)", bytes);
+    void* p = mmap(nullptr, bytes, kReservedProt, kReservedFlags, -1, 0);
+    if (p == MAP_FAILED) return os_error("mmap(PROT_READ, MAP_NORESERVE)", bytes);
     *base = p;
     return Status::Ok();
   }
@@ -106,15 +111,15 @@ class HostBackend final : public Backend {
     if (p == MAP_FAILED) {
       const Status failed = os_error("mmap(memfd, MAP_SHARED|MAP_FIXED)", bytes);
       // A failed MAP_FIXED may have dropped the reservation there: put it back.
-      (void)mmap(addr, bytes, PROT_NONE, kReservedFlags | MAP_FIXED, -1, 0);
+      (void)mmap(addr, bytes, kReservedProt, kReservedFlags | MAP_FIXED, -1, 0);
       return failed;
     }
     return Status::Ok();
   }
 
   Status unmap_chunk(void* addr, size_t bytes) override {
-    if (mmap(addr, bytes, PROT_NONE, kReservedFlags | MAP_FIXED, -1, 0) == MAP_FAILED) {
-      return os_error("mmap(PROT_NONE, MAP_FIXED) over a chunk", bytes);
+    if (mmap(addr, bytes, kReservedProt, kReservedFlags | MAP_FIXED, -1, 0) == MAP_FAILED) {
+      return os_error("mmap(PROT_READ anonymous, MAP_FIXED) over a chunk", bytes);
     }
     return Status::Ok();
   }
@@ -144,6 +149,8 @@ class HostBackend final : public Backend {
   void destroy_event(EventHandle) override {}
 
  private:
+  // Reserved, unmapped memory: read-only private anonymous pages, i.e. the zero page on a read.
+  static constexpr int kReservedProt = PROT_READ;
   static constexpr int kReservedFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 
   struct File {

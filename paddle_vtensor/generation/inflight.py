@@ -18,20 +18,22 @@ from typing import Callable, Sequence
 import numpy as np
 import paddle
 
+from ..api import _int
 from ..slots import check_slot_errors
 from .model_runner import SlotModelRunner
 
 
+_FN = "generate_inflight"
+_INT32_MAX = (1 << 31) - 1
+
+
 def _budgets(max_new_tokens, n: int) -> list[int]:
-    if isinstance(max_new_tokens, (int, np.integer)):
-        budgets = [int(max_new_tokens)] * n
-    else:
-        budgets = [int(m) for m in max_new_tokens]
+    if isinstance(max_new_tokens, (list, tuple, np.ndarray)):
+        budgets = [_int(_FN, "max_new_tokens", m, 0, _INT32_MAX) for m in max_new_tokens]
         if len(budgets) != n:
             raise ValueError(f"generate_inflight: max_new_tokens has {len(budgets)} entries for {n} prompts")
-    if any(m < 0 for m in budgets):
-        raise ValueError("generate_inflight: max_new_tokens must be >= 0")
-    return budgets
+        return budgets
+    return [_int(_FN, "max_new_tokens", max_new_tokens, 0, _INT32_MAX)] * n
 
 
 @paddle.no_grad()
@@ -42,27 +44,50 @@ def generate_inflight(model, prompts: Sequence[Sequence[int]], max_new_tokens, m
     """Greedy ids for every prompt (a list of token-id lists), equal to ``model.generate()`` on each
     prompt alone, with at most ``max_batch`` sequences in flight.
 
+    Every argument is checked before the first step (each prompt id against the model's
+    vocabulary); a run that fails anyway leaves the runner reset (every slot released, every
+    length zero), so a runner passed in is reusable. A runner passed in must have no live slots.
+
     max_new_tokens: an int, or one per prompt. A sequence ends after its budget or when it produces
     ``eos_token_id`` (kept as its last id). max_seq_len: the slots' capacity (default: the longest
     prompt + budget). on_step: called after each step with {"step", "live", "tokens", "finished"}.
     """
-    prompts = [list(map(int, p)) for p in prompts]
+    if isinstance(prompts, (str, bytes, paddle.Tensor)) or not hasattr(prompts, "__iter__"):
+        raise TypeError(f"generate_inflight: prompts must be a list of token-id lists, got {type(prompts).__name__}")
+    prompts = [list(p) for p in prompts]
     if any(len(p) == 0 for p in prompts):
         raise ValueError("generate_inflight: every prompt needs at least one token")
-    if int(max_batch) <= 0:
-        raise ValueError(f"generate_inflight: max_batch must be positive, got {max_batch}")
+    max_batch = _int(_FN, "max_batch", max_batch, 1, _INT32_MAX)
     budgets = _budgets(max_new_tokens, len(prompts))
+    if eos_token_id is not None:
+        eos_token_id = _int(_FN, "eos_token_id", eos_token_id)
+    if max_seq_len is not None:
+        max_seq_len = _int(_FN, "max_seq_len", max_seq_len, 1, _INT32_MAX)
+    if on_step is not None and not callable(on_step):
+        raise TypeError(f"generate_inflight: on_step must be callable or None, got {type(on_step).__name__}")
     need = max((len(p) + m for p, m in zip(prompts, budgets)), default=1)
     if runner is None:
-        runner = SlotModelRunner(model, int(max_batch), int(max_seq_len or need), chunk_bytes=chunk_bytes)
+        runner = SlotModelRunner(model, max_batch, max_seq_len or need, chunk_bytes=chunk_bytes)
+    elif not isinstance(runner, SlotModelRunner):
+        raise TypeError(f"generate_inflight: runner must be a SlotModelRunner, got {type(runner).__name__}")
     elif runner.num_slots < max_batch:
         raise ValueError(f"generate_inflight: the runner has {runner.num_slots} slots, fewer than max_batch={max_batch}")
+    elif runner.host_lens.any():
+        raise ValueError("generate_inflight: the runner has live slots (its own use, not a failed run: those reset "
+                         "it); call runner.reset() first")
     if need > runner.max_seq_len:
         raise ValueError(f"generate_inflight: a prompt plus its budget needs {need} tokens, past max_seq_len={runner.max_seq_len}")
+    prompts = [runner.check_ids(p, _FN).tolist() for p in prompts]  # every id, before the first step
+    try:
+        return _run(runner, prompts, budgets, max_batch, eos_token_id, on_step)
+    finally:
+        runner.reset()  # after a failure too: no slot stays mapped, no length stays advanced
 
+
+def _run(runner, prompts, budgets, max_batch, eos_token_id, on_step) -> list[list[int]]:
     outputs: list[list[int]] = [[] for _ in prompts]
     waiting = collections.deque(i for i in range(len(prompts)) if budgets[i] > 0)
-    free = list(range(int(max_batch)))[::-1]
+    free = list(range(max_batch))[::-1]
     live: dict[int, int] = {}        # slot -> request
     pending: dict[int, list[int]] = {}  # slot -> tokens to feed this step
     step = 0

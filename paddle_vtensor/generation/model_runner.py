@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 import paddle
 
+from ..api import _int
 from ..errors import SlotError, UnsupportedModelError
 from ..slots import (attention_with_kvcache, release_slot, reserve_slot, slot_kv_cache)
 
@@ -61,6 +62,9 @@ class _Llama:
 
     def embed(self, ids):
         return self.body.embed_tokens(ids)
+
+    def vocab_size(self):
+        return int(self.body.embed_tokens.weight.shape[0])
 
     def qkv(self, layer, h):
         attn = self.layers[layer].self_attn
@@ -111,6 +115,9 @@ class _QWen:
 
     def embed(self, ids):
         return self.body.drop(self.body.wte(ids))
+
+    def vocab_size(self):
+        return int(self.body.wte.weight.shape[0])
 
     def qkv(self, layer, h):
         attn = self.layers[layer].attn
@@ -169,12 +176,15 @@ class SlotModelRunner:
         self.family = _family(model)
         self.model = model
         limit = self.family.max_positions()
+        num_slots = _int("SlotModelRunner", "num_slots", num_slots, 1, (1 << 31) - 1, ValueError)
+        max_seq_len = _int("SlotModelRunner", "max_seq_len", max_seq_len, 1, (1 << 31) - 1, ValueError)
         if limit is not None and max_seq_len > limit:
             raise ValueError(f"SlotModelRunner: max_seq_len {max_seq_len} is past the model's rotary table ({limit} positions)")
         weight = next(iter(model.parameters()))
         self.place = weight.place
         self.dtype = weight.dtype
-        self.num_slots, self.max_seq_len = int(num_slots), int(max_seq_len)
+        self.num_slots, self.max_seq_len = num_slots, max_seq_len
+        self.vocab_size = self.family.vocab_size()
         self.cache = slot_kv_cache(len(self.family.layers), num_slots, max_seq_len, self.family.num_kv_heads,
                                    self.family.head_dim, dtype=self.dtype, place=self.place, chunk_bytes=chunk_bytes)
         self.cache_seqlens = paddle.zeros([num_slots], dtype="int32").to(self.place)
@@ -190,6 +200,27 @@ class SlotModelRunner:
         self.host_lens[slot] = 0
         self.cache_seqlens = paddle.scatter(self.cache_seqlens, paddle.to_tensor([slot], dtype="int32", place=self.place),
                                             paddle.zeros([1], dtype="int32").to(self.place))
+
+    def reset(self) -> None:
+        """Release every slot and zero every length: the runner as it was made (a failed run leaves
+        it so too, see generate_inflight). Idempotent."""
+        for slot in range(self.num_slots):
+            release_slot(self.cache, slot)
+        self.host_lens[:] = 0
+        self.cache_seqlens = paddle.zeros([self.num_slots], dtype="int32").to(self.place)
+
+    def check_ids(self, ids, fn: str) -> np.ndarray:
+        """``ids`` (host token ids, any integer array) as int64, each checked against the vocabulary
+        [0, vocab_size): an id past it would index past the embedding table."""
+        arr = np.asarray(ids)
+        if arr.dtype == object or arr.dtype.kind not in "iu":
+            if arr.size == 0:
+                return arr.astype(np.int64)
+            arr = np.array([_int(fn, "a token id", v) for v in arr.reshape(-1)], dtype=object).reshape(arr.shape)
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= self.vocab_size):
+            bad = int(arr.max()) if int(arr.max()) >= self.vocab_size else int(arr.min())
+            raise ValueError(f"{fn}: token id {bad} is outside the vocabulary [0, {self.vocab_size})")
+        return arr.astype(np.int64)
 
     def advance(self, slot_ids, n_new) -> None:
         """cache_seqlens[slot_ids] += n_new on the device, and host_lens the same."""
@@ -209,7 +240,9 @@ class SlotModelRunner:
     def forward(self, input_ids, cu_seqlens_q, slot_ids, positions=None) -> paddle.Tensor:
         """Logits float32 [total, vocab] of the packed new tokens; see RUNNER_API.md."""
         fam = self.family
-        ids = input_ids if isinstance(input_ids, paddle.Tensor) else paddle.to_tensor(np.asarray(input_ids, dtype=np.int64))
+        # Host ids are checked against the vocabulary (a device tensor would cost a read: the caller's).
+        ids = input_ids if isinstance(input_ids, paddle.Tensor) else paddle.to_tensor(
+            self.check_ids(input_ids, "SlotModelRunner.forward"))
         ids = ids.astype("int64").reshape([-1])
         if str(ids.place) != str(self.place):
             ids = ids.to(self.place)

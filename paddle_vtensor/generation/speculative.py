@@ -31,6 +31,7 @@ import time
 import numpy as np
 import paddle
 
+from ..api import _int
 from ..errors import SpeculativeError, UnsupportedModelError
 from ..slots import check_slot_errors
 from .model_runner import SlotModelRunner
@@ -153,9 +154,7 @@ def speculative_generate(target, draft, input_ids, attention_mask=None, max_new_
     k = num_speculative_tokens
     _check_models(target, draft, k)
     k = int(k)
-    if isinstance(max_new_tokens, bool) or int(max_new_tokens) < 1:
-        raise ValueError(f"speculative_generate: max_new_tokens must be >= 1, got {max_new_tokens}")
-    max_new = int(max_new_tokens)
+    max_new = _int("speculative_generate", "max_new_tokens", max_new_tokens, 1, (1 << 31) - 1)
     eos, pad = _generation_ids(target)
     pad = 0 if pad is None else pad
     ids, lens, pads = _prompts(input_ids, attention_mask, pad)
@@ -167,8 +166,14 @@ def speculative_generate(target, draft, input_ids, attention_mask=None, max_new_
                          f"max_position_embeddings ({limit})")
     cap = int(lens.max()) + max_new + k
     runners = SlotModelRunner(target, n, cap, chunk_bytes=chunk_bytes), SlotModelRunner(draft, n, cap, chunk_bytes=chunk_bytes)
+    for s in range(n):  # every real token against the vocabulary, before the first forward
+        runners[0].check_ids(ids[s, pads[s]:], "speculative_generate")
     loop = _Loop(runners, ids, lens, pads, max_new, k, eos, pad, accept_on_device, profile)
-    return loop.run()
+    try:
+        return loop.run()
+    finally:
+        for r in runners:  # after a failure too: no slot stays mapped
+            r.reset()
 
 
 class _Loop:

@@ -1,16 +1,19 @@
 // Native test of decode_attention_cpu on the host backend against the float64 reference in
 // attention_reference.h: fixed-length and variable-length (packed queries, slot permutations,
 // per-slot lengths, a slot at length 0 with new tokens), the lse output, entries past kv_mapped
-// (zeros, lse -inf, error_flag; their memory is PROT_NONE, so a read would fault), long contexts
+// (zeros, lse -inf, error_flag; the test makes their memory PROT_NONE, so a read would fault), long contexts
 // across many key tiles and threads, every dtype, and the refused inputs (nothing written).
 // Usage: test_attention_cpu. Prints PASS/FAIL lines and "N passed, M failed".
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "attention_reference.h"
@@ -205,8 +208,9 @@ void test_varlen(Report& r) {
             Elem::kF32, 15);
 }
 
-// K/V in SeqMajorCaches whose memory past `mapped` tokens is PROT_NONE: an entry reaching past
-// kv_mapped must be refused without a read (a read would fault), the others computed.
+// K/V in SeqMajorCaches whose memory past `mapped` tokens is made PROT_NONE here (the host backend
+// leaves reserved memory readable as zeros): an entry reaching past kv_mapped must be refused without
+// a read (a read would fault), the others computed.
 void test_mapped(Report& r) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const Shape sh{4, 2, 128};  // a token row of 4 slots x 2 heads x 128 x 4 bytes = 4096 bytes
@@ -221,6 +225,13 @@ void test_mapped(Report& r) {
   const int64_t mapped = 60;
   if (!r.ok(kc->reserve_tokens(mapped), "attn.mapped.reserve_k")) return;
   if (!r.ok(vc->reserve_tokens(mapped), "attn.mapped.reserve_v")) return;
+  const size_t past = static_cast<size_t>((256 - mapped) * cs.token_bytes());
+  for (const auto& c : {kc, vc}) {
+    if (mprotect(static_cast<char*>(c->data()) + mapped * cs.token_bytes(), past, PROT_NONE) != 0) {
+      r.check(false, "attn.mapped.mprotect", std::strerror(errno));
+      return;
+    }
+  }
   // Entry 1 (slot 0) needs 59 + 3 = 62 > 60 tokens, entry 3 (slot 2) 70 + 1; the others fit.
   Layout lay{{1, 3, 1, 1}, {1, 0, 3, 2}, {59, 58, 70, 20}, {mapped, mapped, mapped, mapped}, 4, 3, 200};
   std::mt19937 rng(20);

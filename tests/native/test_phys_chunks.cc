@@ -1,6 +1,6 @@
 // Native test of physical chunks and aliasing on the host backend (issue 31 point 1): the shared
 // checks of phys_chunks_checks.h, plus what only the host shows: a released chunk's pages are gone,
-// an unmapped chunk is reserved (PROT_NONE) again, one memfd serves any number of chunks, a fork()
+// an unmapped chunk is reserved (read-only, reading zeros) again, one memfd serves any number of chunks, a fork()
 // child never frees its parent's memory, and a host allocation failure mid-alias changes nothing.
 #include <dirent.h>
 #include <sys/wait.h>
@@ -70,12 +70,15 @@ void test_host_memfd(Report& r) {
   char* p = static_cast<char*>(base);
   PhysHandle h = 0, again = 0;
   std::string why;
-  r.check(perms_at(p) == "---p", "memfd.reserved_is_prot_none", perms_at(p));
+  // Reserved memory is read-only and reads the zero page (a print of a slot cache must not fault).
+  r.check(perms_at(p) == "r--p", "memfd.reserved_is_read_only", perms_at(p));
+  r.check(phys_test::holds<HostMem>(p, std::vector<uint8_t>(cb, 0), &why), "memfd.reserved_reads_zeros", why);
   if (r.ok(be->create_chunk(cb, &h), "memfd.create") && r.ok(be->map_chunk(p, cb, h), "memfd.map")) {
     r.check(perms_at(p) == "rw-s", "memfd.mapped_is_shared_rw", perms_at(p));
     std::memset(p, 0x7e, cb);
     r.ok(be->unmap_chunk(p, cb), "memfd.unmap");
-    r.check(perms_at(p) == "---p", "memfd.unmapped_is_reserved_again", perms_at(p));
+    r.check(perms_at(p) == "r--p", "memfd.unmapped_is_reserved_again", perms_at(p));
+    r.check(phys_test::holds<HostMem>(p, std::vector<uint8_t>(cb, 0), &why), "memfd.unmapped_reads_zeros", why);
     r.ok(be->release_chunk(h, cb), "memfd.release");
     // The released range is handed out again: its old bytes must be gone (punched), not reused.
     if (r.ok(be->create_chunk(cb, &again), "memfd.create_after_release") && r.ok(be->map_chunk(p, cb, again), "memfd.map_reused")) {
