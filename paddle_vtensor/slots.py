@@ -103,6 +103,9 @@ class _NotCopyable:
                         "virtual memory). Copy what you need with paddle_vtensor.read_slot(cache, slot, tokens) "
                         "(a dense tensor that saves, pickles and copies), or make a new cache and write into it")
 
+    def __copy__(self):
+        return self  # a shallow copy would share the one cache anyway
+
     def __deepcopy__(self, memo):
         self._refuse("deep-copied")
 
@@ -255,8 +258,8 @@ def _int32(x, name: str, place) -> paddle.Tensor:
     if arr.dtype == object:  # Python ints past int64 (or anything else): each checked as an int
         arr = np.array([_int("attention_with_kvcache", name, v, *_INT32, SlotError) for v in arr.reshape(-1)],
                        dtype=np.int64).reshape(arr.shape)
-    if arr.dtype.kind not in "iu":
-        raise SlotError(f"attention_with_kvcache: {name} must hold integers, got {arr.dtype}")
+    if arr.dtype.kind not in "iu":  # floats and bools too: ids and lengths are integers
+        raise TypeError(f"attention_with_kvcache: {name} must hold integers, got {arr.dtype}")
     if arr.size and (int(arr.min()) < _INT32[0] or int(arr.max()) > _INT32[1]):
         bad = int(arr.max()) if int(arr.max()) > _INT32[1] else int(arr.min())
         raise SlotError(f"attention_with_kvcache: {name} must be in [{_INT32[0]}, {_INT32[1]}] (int32), got {bad}")
@@ -352,11 +355,15 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k_new=None, v_new
         # is cache_seqlens minus each sequence's query count (computed where the lengths live).
         counts = (cu[1:] - cu[:-1]).astype("int32")
         if "cpu" in str(place).lower():
-            before = cache_seqlens.numpy()[slots.numpy()] - counts.numpy()
+            ids = slots.numpy()
+            if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= cache_seqlens.shape[0]):
+                bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+                raise SlotError(f"{fn}: slot id {bad} is out of range [0, {cache_seqlens.shape[0]}) (cache_seqlens)")
+            before = cache_seqlens.numpy()[ids] - counts.numpy()
             if (before < 0).any():
                 b = int(np.argmax(before < 0))
-                raise SlotError(f"attention_with_kvcache: slot {int(slots.numpy()[b])} holds "
-                                f"{int(cache_seqlens.numpy()[slots.numpy()[b]])} tokens, fewer than its {int(counts.numpy()[b])} queries")
+                raise SlotError(f"{fn}: slot {int(ids[b])} holds {int(cache_seqlens.numpy()[ids[b]])} tokens, fewer "
+                                f"than its {int(counts.numpy()[b])} queries")
         # A new tensor (the caller's is not modified), with the op's meaning of cache_seqlens.
         cache_seqlens = paddle.scatter(cache_seqlens, slots, paddle.gather(cache_seqlens, slots) - counts)
     out = _run(PVT_OP_SLOT_ATTENTION, q, k_storage, v_storage, cache_seqlens, k_new, v_new, cu, slots, int(layer), scale,
