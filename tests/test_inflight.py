@@ -100,6 +100,58 @@ def test_bad_arguments():
         pvt.SlotModelRunner(paddle.nn.Linear(2, 2), 2, 8)
 
 
+def test_bad_arguments_are_refused_before_the_first_step():
+    model = tiny_llama()
+    for kwargs, cls, match in [({"max_batch": 1.5}, TypeError, "max_batch must be an int, got float"),
+                               ({"max_batch": True}, TypeError, "max_batch must be an int, got bool"),
+                               ({"max_batch": 0}, ValueError, r"max_batch must be in \[1, "),
+                               ({"max_new_tokens": 2.5}, TypeError, "max_new_tokens must be an int"),
+                               ({"max_new_tokens": [2, -1]}, ValueError, r"max_new_tokens must be in \[0, "),
+                               ({"eos_token_id": 2.0}, TypeError, "eos_token_id must be an int"),
+                               ({"prompts": [[3, 4.5], [5]]}, TypeError, "a token id must be an int, got float"),
+                               ({"prompts": [[3, 4], [5, -1]]}, ValueError, r"token id -1 is outside the vocabulary"),
+                               ({"prompts": [[3, 4], [5, 2**64]]}, ValueError, "does not fit in 64 bits")]:
+        args = {"prompts": [[3, 4], [5]], "max_new_tokens": 2, "max_batch": 2, **kwargs}
+        with pytest.raises(cls, match=match):
+            pvt.generate_inflight(model, **args)
+
+
+def test_runner_is_reusable_after_a_failed_run():
+    """Issue 25: a runner reused after a failed generate_inflight gave other ids on the next, valid
+    call. Now a prompt id past the vocabulary is refused before the first step (even when its prompt
+    would be admitted late), and a run that fails mid-way resets the runner."""
+    model = tiny_llama()
+    prompts = random_prompts([5, 9, 4], seed=6)
+    want = pvt.generate_inflight(model, prompts, 6, max_batch=2, runner=pvt.SlotModelRunner(model, 2, 32))
+    runner = pvt.SlotModelRunner(model, 2, 32)
+
+    def clean():
+        assert not runner.host_lens.any() and not runner.cache_seqlens.numpy().any()
+        assert pvt.slot_info(runner.cache)["mapped_bytes"] == 0
+
+    late = prompts[:2] + [[3, VOCAB]]  # the third prompt is admitted only once a slot frees up
+    with pytest.raises(ValueError, match=rf"generate_inflight: token id {VOCAB} is outside the vocabulary \[0, {VOCAB}\)"):
+        pvt.generate_inflight(model, late, 6, max_batch=2, runner=runner)
+    clean()
+
+    def fail_at_step_3(info):
+        if info["step"] == 3:  # two sequences live, their slots mapped and lengths advanced
+            assert runner.host_lens.any()
+            raise RuntimeError("stopped by on_step")
+
+    with pytest.raises(RuntimeError, match="stopped by on_step"):
+        pvt.generate_inflight(model, prompts, 6, max_batch=2, runner=runner, on_step=fail_at_step_3)
+    clean()
+    assert pvt.generate_inflight(model, prompts, 6, max_batch=2, runner=runner) == want
+
+    runner.reserve(0, 3)
+    runner.advance([0], [3])  # the caller's own use of the runner: not silently reset
+    with pytest.raises(ValueError, match=r"the runner has live slots .* call runner.reset\(\) first"):
+        pvt.generate_inflight(model, prompts, 6, max_batch=2, runner=runner)
+    runner.reset()
+    clean()
+
+
 def test_bench_inflight_cli_tiny(tmp_path):
     """The benchmark command end to end on a tiny workload: JSON keys, the plot, and its own check that
     generate_inflight's ids equal generate() on each prompt alone."""

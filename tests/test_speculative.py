@@ -142,6 +142,12 @@ def _all_pad():
     return ids, paddle.to_tensor(m)
 
 
+def _id_past_vocab():
+    ids, mask = prompts([3, 5])
+    ids[1, -1] = VOCAB  # the second sequence's last real token
+    return ids, mask
+
+
 BAD = [
     ("vocab", lambda: tiny_llama_vocab(120), lambda: prompts([3]), {}, ValueError, "share the vocabulary.*100.*120"),
     ("k0", lambda: model("target"), lambda: prompts([3]), {"num_speculative_tokens": 0}, ValueError,
@@ -153,7 +159,12 @@ BAD = [
     ("positions", lambda: model("target"), lambda: prompts([3]), {"max_new_tokens": 260}, ValueError,
      "max_position_embeddings"),
     ("budget", lambda: model("target"), lambda: prompts([3]), {"max_new_tokens": 0}, ValueError, r"max_new_tokens must be in \[1, "),
+    ("budget_float", lambda: model("target"), lambda: prompts([3]), {"max_new_tokens": 2.5}, TypeError,
+     "max_new_tokens must be an int, got float"),
+    ("id_past_vocab", lambda: model("target"), _id_past_vocab, {}, ValueError,
+     rf"token id {VOCAB} is outside the vocabulary \[0, {VOCAB}\)"),
 ]
+
 
 
 def tiny_llama_vocab(vocab):

@@ -167,6 +167,19 @@ def _int32_tensor(x, place, name) -> tuple[paddle.Tensor, np.ndarray | None]:
     return paddle.to_tensor(arr.astype(np.int32), place=place), arr
 
 
+def check_token_ids(ids, vocab_size: int, fn: str) -> np.ndarray:
+    """``ids`` (host token ids, any integer array or list) as int64, each checked against the
+    vocabulary [0, vocab_size) before any cast: an id past it would index past the embedding table.
+    TypeError for a float or bool id, ValueError for an id outside the vocabulary."""
+    arr = np.asarray(ids)
+    if arr.size and (arr.dtype == object or arr.dtype.kind not in "iu"):
+        arr = np.array([_int(fn, "a token id", v) for v in arr.reshape(-1)], dtype=object).reshape(arr.shape)
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= vocab_size):
+        bad = int(arr.max()) if int(arr.max()) >= vocab_size else int(arr.min())
+        raise ValueError(f"{fn}: token id {bad} is outside the vocabulary [0, {vocab_size})")
+    return arr.astype(np.int64)
+
+
 class SlotModelRunner:
     """See RUNNER_API.md. ``attention(layer, q [total, Hq, D], k_new, v_new, ctx) -> [total, Hq, D]``
     replaces the per-layer attention (default: attention_with_kvcache on this runner's cache)."""
@@ -210,17 +223,8 @@ class SlotModelRunner:
         self.cache_seqlens = paddle.zeros([self.num_slots], dtype="int32").to(self.place)
 
     def check_ids(self, ids, fn: str) -> np.ndarray:
-        """``ids`` (host token ids, any integer array) as int64, each checked against the vocabulary
-        [0, vocab_size): an id past it would index past the embedding table."""
-        arr = np.asarray(ids)
-        if arr.dtype == object or arr.dtype.kind not in "iu":
-            if arr.size == 0:
-                return arr.astype(np.int64)
-            arr = np.array([_int(fn, "a token id", v) for v in arr.reshape(-1)], dtype=object).reshape(arr.shape)
-        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= self.vocab_size):
-            bad = int(arr.max()) if int(arr.max()) >= self.vocab_size else int(arr.min())
-            raise ValueError(f"{fn}: token id {bad} is outside the vocabulary [0, {self.vocab_size})")
-        return arr.astype(np.int64)
+        """``ids`` as int64, each checked against this model's vocabulary (check_token_ids)."""
+        return check_token_ids(ids, self.vocab_size, fn)
 
     def advance(self, slot_ids, n_new) -> None:
         """cache_seqlens[slot_ids] += n_new on the device, and host_lens the same."""
@@ -282,4 +286,4 @@ class SlotModelRunner:
     __call__ = forward
 
 
-__all__ = ["AttentionContext", "SlotModelRunner"]
+__all__ = ["AttentionContext", "SlotModelRunner", "check_token_ids"]

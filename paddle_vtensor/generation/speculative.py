@@ -34,7 +34,7 @@ import paddle
 from ..api import _int
 from ..errors import SpeculativeError, UnsupportedModelError
 from ..slots import check_slot_errors
-from .model_runner import SlotModelRunner
+from .model_runner import SlotModelRunner, check_token_ids
 from .speculative_accept import ERROR_NAMES, speculative_accept
 
 
@@ -164,10 +164,10 @@ def speculative_generate(target, draft, input_ids, attention_mask=None, max_new_
         raise ValueError(f"speculative_generate: seq_len {width} + max_new_tokens {max_new} + "
                          f"num_speculative_tokens {k} = {width + max_new + k} positions, past the models' "
                          f"max_position_embeddings ({limit})")
+    for s in range(n):  # every real token against the vocabulary, before anything is made
+        check_token_ids(ids[s, pads[s]:], int(target.config.vocab_size), "speculative_generate")
     cap = int(lens.max()) + max_new + k
     runners = SlotModelRunner(target, n, cap, chunk_bytes=chunk_bytes), SlotModelRunner(draft, n, cap, chunk_bytes=chunk_bytes)
-    for s in range(n):  # every real token against the vocabulary, before the first forward
-        runners[0].check_ids(ids[s, pads[s]:], "speculative_generate")
     loop = _Loop(runners, ids, lens, pads, max_new, k, eos, pad, accept_on_device, profile)
     try:
         return loop.run()
