@@ -2,7 +2,13 @@
 
 One test (or more) per row of the error table (paddle_vtensor.errors: its docstring, ERRORS).
 """
+import builtins
+import copy
+import os
+import pickle
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -336,3 +342,115 @@ def test_each_code_raises_its_class_from_a_real_call(code, i):
     assert errors.ERRORS.get(code) in (None, cls)  # the row's class (None: the door's bad-input class)
     del info  # its traceback holds the caches
     assert pvt.memory_stats("cpu")["mapped_limit"] == 0
+
+
+# ---- the README's table (mistake -> exception, one for the package), every row through real calls ----
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _readme_rows():
+    """(mistake, exception class) of each row of README.md's "## Errors" table."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        section = f.read().split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] not in ("mistake", "---"):
+            name = re.match(r"`([\w.]+)`", cells[2]).group(1)
+            cls = getattr(pvt, name[4:]) if name.startswith("pvt.") else getattr(builtins, name)
+            rows.append((cells[0], cls))
+    return rows
+
+
+def _grad_q():
+    q = rand([2, 1, 3, 8])
+    q.stop_gradient = False
+    return q
+
+
+def _tiny_llama():
+    pytest.importorskip("paddlenlp.transformers.llama.modeling")
+    from test_integration_eager import tiny_llama
+
+    return tiny_llama()
+
+
+_NO_FD_LEFT = """
+import os, resource, sys
+sys.path.insert(0, {root!r})
+import paddle_vtensor as pvt
+k = pvt.slot_cache(2, 16, 2, 8, chunk_bytes=4096)  # the first chunk of this process opens its memfd
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+try:
+    pvt.reserve_slot(k, 0, 4)
+except Exception as e:
+    print("RAISED", type(e).__name__, e)
+"""
+
+
+def _no_file_descriptor_left():
+    """reserve_slot in a child whose file descriptors are all taken: the memfd cannot be made."""
+    proc = subprocess.run([sys.executable, "-c", _NO_FD_LEFT.format(root=ROOT)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RAISED"))
+    raise getattr(pvt, line.split()[1])(line.split(" ", 2)[2])
+
+
+# Each row's real calls (mistake -> calls); each must raise exactly the row's class.
+README_CALLS = {
+    "not a tensor; a float, bool or string where an int or a flag goes": [
+        lambda: pvt.append(make_cache(), np.ones([2, 1, 3, 8], np.float32)),
+        lambda: pvt.truncate(make_cache(), "3"),
+        lambda: pvt.reserve_slot(_slot_cache(), 0, 2.9),
+        lambda: pvt.slot_cache(True, 4, 2, 8),
+        lambda: pvt.attention_with_kvcache(rand([1, 1, 8]), _slot_cache(), _slot_cache(), [0, 0], causal="no",
+                                           cu_seqlens_q=[0, 1]),
+        lambda: pvt.reserve_slot(np.zeros([2, 8, 1, 8]), 0, 1)],
+    "a copy or pickle of a `SlotKVCache` / `LayerKV`": [
+        lambda: copy.deepcopy(pvt.slot_kv_cache(1, 2, 8, 1, 8, chunk_bytes=4096)),
+        lambda: pickle.dumps(pvt.slot_kv_cache(1, 2, 8, 1, 8, chunk_bytes=4096).k(0))],
+    "a bad value at an op's entry (dtype, shape, place, range; a slot cache to a seq-major op)": [
+        lambda: pvt.truncate(make_cache(), -1),
+        lambda: pvt.append(make_cache(), rand([2, 1, 3, 8], "float16")),
+        lambda: pvt.from_dense(rand([1, 2, 1, 4]), max_seq_len=2**63)],
+    "an input that requires gradients while grad is on": [
+        lambda: pvt.decode_attention(_grad_q(), make_cache(), make_cache()),
+        lambda: pvt.attention_with_kvcache(_grad_q()[0], _slot_cache(), _slot_cache(), [0, 0], cu_seqlens_q=[0, 2])],
+    "a token id outside the vocabulary": [
+        lambda: pvt.generate_inflight(_tiny_llama(), [[3, 100]], 4, max_batch=1)],
+    "a slot-API mistake: a view of the cache, a slot id or length out of range": [
+        lambda: pvt.reserve_slot(_slot_cache()[1:], 0, 5),
+        lambda: pvt.reserve_slot(_slot_cache(), 2**64, 5),
+        lambda: pvt.attention_with_kvcache(rand([1, 1, 8]), _slot_cache(), _slot_cache(), [0, 0], cu_seqlens_q=[0, 1],
+                                           slot_ids=[5])],
+    "past the reservation (`max_seq_len`)": [
+        lambda: pvt.reserve_slot(_slot_cache(), 0, 9),
+        _past_reservation],
+    "memory ran out, or past `pvt.set_mapped_limit`": [
+        lambda: pvt.from_dense(rand([1, 2, 1, 4]), max_seq_len=2**50),
+        _over_the_limit(lambda: pvt.reserve_slot(pvt.slot_cache(2, 4096, 1, 8, chunk_bytes=4096), 0, 4096))],
+    "a model the plugin cannot serve": [
+        lambda: pvt.SlotModelRunner(paddle.nn.Linear(2, 2), 2, 8)],
+    "an OS or driver failure": [_no_file_descriptor_left],
+}
+
+
+def test_readme_table_rows_are_the_provoked_ones():
+    assert [m for m, _ in _readme_rows()] == list(README_CALLS)
+
+
+@pytest.mark.parametrize("mistake, i", [(m, i) for m, calls in README_CALLS.items() for i in range(len(calls))])
+def test_readme_table_row_raises_its_class(mistake, i):
+    cls = dict(_readme_rows())[mistake]
+    with pytest.raises(Exception) as info:
+        README_CALLS[mistake][i]()
+    assert type(info.value) is cls, (mistake, type(info.value), str(info.value))
+    del info  # its traceback holds the caches
