@@ -80,6 +80,19 @@ CacheView cache_view(const paddle::Tensor& t, int64_t layer, int kv, int64_t ele
   return v;
 }
 
+// Writes k_new into K's rows and v_new into V's with `append` (the host or the CUDA varlen append).
+template <typename Append>
+void append_new_tokens(pvt::AppendVarlenParams ap, const CacheView& kv, const CacheView& vv,
+                       const paddle::Tensor& k_new, const paddle::Tensor& v_new, Append append) {
+  for (int kvi = 0; kvi < 2; ++kvi) {
+    const CacheView& c = kvi ? vv : kv;
+    ap.dst = c.base;
+    std::copy(c.stride, c.stride + 3, ap.dst_stride);
+    ap.src = (kvi ? v_new : k_new).data();
+    pvt::throw_if_error(append(ap), kOp);
+  }
+}
+
 // The sizes both backends use, from checked inputs.
 struct Problem {
   int64_t n = 0, total = 0, q_heads = 0, kv_heads = 0, head_dim = 0, elem_bytes = 0;
@@ -265,13 +278,9 @@ std::vector<paddle::Tensor> VTensorSlotAttention(
         pr, kv, vv, q, out, ap.cu_seqlens, ap.slot_ids, ap.cache_seqlens, mapped, causal, &flag);
     for (const auto& p : calls) pvt::throw_if_error(pvt::check_decode_attention_params(p), kOp);
     if (k_new) {
-      for (int kvi = 0; kvi < 2; ++kvi) {
-        const CacheView& c = kvi ? vv : kv;
-        ap.dst = c.base;
-        std::copy(c.stride, c.stride + 3, ap.dst_stride);
-        ap.src = (kvi ? *v_new : *k_new).data();
-        pvt::throw_if_error(pvt::append_varlen_cpu(ap), kOp);
-      }
+      append_new_tokens(ap, kv, vv, *k_new, *v_new, [](const pvt::AppendVarlenParams& a) {
+        return pvt::append_varlen_cpu(a);
+      });
     }
     for (const auto& p : calls) pvt::throw_if_error(pvt::decode_attention_cpu(p), kOp);
     PD_CHECK(flag == 0, kOp, ": the attention kernel refused a sequence whose rows are not mapped");
@@ -324,13 +333,9 @@ std::vector<paddle::Tensor> VTensorSlotAttention(
     p.workspace_bytes = ws;
   }
   if (k_new) {
-    for (int kvi = 0; kvi < 2; ++kvi) {
-      const CacheView& c = kvi ? vv : kv;
-      ap.dst = c.base;
-      std::copy(c.stride, c.stride + 3, ap.dst_stride);
-      ap.src = (kvi ? *v_new : *k_new).data();
-      pvt::throw_if_error(pvt::append_varlen_cuda(ap, stream), kOp);
-    }
+    append_new_tokens(ap, kv, vv, *k_new, *v_new, [stream](const pvt::AppendVarlenParams& a) {
+      return pvt::append_varlen_cuda(a, stream);
+    });
   }
   pvt::throw_if_error(pvt::decode_attention_cuda(p, stream), kOp);
   // The kernels read (and wrote) the caches where they lie: a release_slot must wait for them.
