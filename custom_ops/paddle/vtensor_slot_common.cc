@@ -40,7 +40,8 @@ std::shared_ptr<SlotCache> slot_cache_of(const paddle::Tensor& t, const char* op
 
 void refuse_slot_cache(const paddle::Tensor& t, const char* op, const char* what) {
   const phi::DenseTensor* dense = dense_of(t);
-  if (dense == nullptr) return;
+  // A VTensor's memory is a seq-major cache's: no registry lookup on the decode path's k and v.
+  if (dense == nullptr || dynamic_cast<const VTensorAllocation*>(dense->Holder().get()) != nullptr) return;
   const bool slot = dynamic_cast<const SlotAllocation*>(dense->Holder().get()) != nullptr ||
                     SlotCache::find(dense->Holder()->ptr()) != nullptr;
   PD_CHECK(!slot, op, ": ", what, " is a slot cache (or a view of one); this op reads its input whole and most "
