@@ -84,7 +84,7 @@ def test_reserve_past_max_seq_len_and_bad_slot():
     k, _ = make_caches()
     with pytest.raises(pvt.ReservationFullError, match=f"holds at most max_seq_len={S}"):
         pvt.reserve_slot(k, 0, S + 1)
-    with pytest.raises(pvt.ReservationFullError, match=r"slot 7 is out of range \[0, 3\)"):
+    with pytest.raises(pvt.SlotError, match=r"InvalidArgument: slot 7 is out of range \[0, 3\)"):
         pvt.reserve_slot(k, 7, 1)
     assert list(pvt.slot_info(k)["mapped_tokens"]) == [6, 4, 0]
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend.h"
+#include "checked_math.h"
 #include "device.h"
 #include "region.h"
 #include "seq_cache.h"

@@ -1,12 +1,15 @@
 #include "slot_cache.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <map>
 #include <string>
 
 #include "cache_registry.h"
+#include "checked_math.h"
 #include "seq_cache.h"
 #include "stats.h"
 
@@ -24,20 +27,28 @@ Status SlotCache::create(Device device, const SlotCacheShape& shape, size_t chun
                       " max_seq_len=" + std::to_string(shape.max_seq_len) +
                       " row_bytes=" + std::to_string(shape.row_bytes));
   }
-  // mapped_tokens are int32 (what the kernels read); the byte size must fit size_t.
+  // mapped_tokens are int32 (what the kernels read). Every byte offset inside the cache is at most
+  // its total size, so once that fits int64 (and size_t) no later product can wrap.
+  int64_t total = 0;
   if (shape.max_seq_len > std::numeric_limits<int32_t>::max() ||
-      shape.num_slots > std::numeric_limits<int64_t>::max() / shape.slot_bytes()) {
+      !checked_product({shape.num_slots, shape.max_seq_len, shape.row_bytes}, &total) ||
+      static_cast<uint64_t>(total) > SIZE_MAX) {
     return Status(Code::kInvalidArgument, "slot cache of " + std::to_string(shape.num_slots) + " x " +
                                               std::to_string(shape.max_seq_len) + " rows of " +
-                                              std::to_string(shape.row_bytes) + " bytes is too large");
+                                              std::to_string(shape.row_bytes) +
+                                              " bytes is too large (its size in bytes does not fit in 64 bits"
+                                              " or max_seq_len passes 2^31 - 1)");
   }
-  std::unique_ptr<Region> region;
-  PVT_RETURN_IF_ERROR(Region::create(device, static_cast<size_t>(shape.num_slots * shape.slot_bytes()),
-                                     chunk_bytes ? chunk_bytes : kDefaultChunkBytes, &region));
-  out->reset(new SlotCache(shape, std::move(region)));
-  stats_detail::add_views(device, 1);  // the cache tensor: one live VTensor
-  Registry::add(*out);
-  return Status::Ok();
+  return catch_bad_alloc("creating a slot cache", [&]() -> Status {
+    std::unique_ptr<Region> region;
+    PVT_RETURN_IF_ERROR(Region::create(device, static_cast<size_t>(total),
+                                       chunk_bytes ? chunk_bytes : kDefaultChunkBytes, &region));
+    std::shared_ptr<SlotCache> cache(new SlotCache(shape, std::move(region)));
+    stats_detail::add_views(device, 1);  // the cache tensor: one live VTensor (the destructor undoes it)
+    Registry::add(cache);  // on bad_alloc `cache` dies here and frees the region
+    *out = std::move(cache);
+    return Status::Ok();
+  });
 }
 
 SlotCache::SlotCache(SlotCacheShape shape, std::unique_ptr<Region> region)
@@ -76,32 +87,42 @@ void SlotCache::set_attachment(std::shared_ptr<void> a) {
   attachment_ = std::move(a);
 }
 
-Status SlotCache::check_slot(int64_t slot, const char* what) const {
+Status SlotCache::check_slot(int64_t slot) const {
   if (slot < 0 || slot >= shape_.num_slots) {
-    return Status(Code::kOutOfRange, std::string(what) + ": slot " + std::to_string(slot) +
-                                         " is out of range [0, " + std::to_string(shape_.num_slots) + ")");
+    return Status(Code::kInvalidArgument, "slot " + std::to_string(slot) + " is out of range [0, " +
+                                              std::to_string(shape_.num_slots) + ")");
   }
   return Status::Ok();
 }
 
 Status SlotCache::reserve(int64_t slot, int64_t tokens, void* /*stream: mapping new chunks waits for no work*/) {
-  PVT_RETURN_IF_ERROR(check_slot(slot, "reserve_slot"));
-  if (tokens < 0 || tokens > shape_.max_seq_len) {
-    return Status(Code::kOutOfRange, "reserve_slot: slot " + std::to_string(slot) + " needs " +
-                                         std::to_string(tokens) + " tokens but holds at most max_seq_len=" +
-                                         std::to_string(shape_.max_seq_len));
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  int32_t& mapped = mapped_[static_cast<size_t>(slot)];
-  if (tokens <= mapped) return Status::Ok();
-  const size_t cb = region_->chunk_bytes();
-  const size_t begin = static_cast<size_t>(slot * shape_.slot_bytes() + mapped * shape_.row_bytes);
-  const size_t end = static_cast<size_t>(slot * shape_.slot_bytes() + tokens * shape_.row_bytes);
-  const size_t first = begin / cb * cb;
-  PVT_RETURN_IF_ERROR(region_->map_range(first, region_->round_up(end) - first));
-  mapped = static_cast<int32_t>(tokens);
-  ++version_;
-  return Status::Ok();
+  return catch_bad_alloc("reserve", [&]() -> Status {
+    PVT_RETURN_IF_ERROR(check_slot(slot));
+    if (tokens < 0) {
+      return Status(Code::kInvalidArgument, "tokens must be in [0, max_seq_len=" +
+                                                std::to_string(shape_.max_seq_len) + "], got " +
+                                                std::to_string(tokens));
+    }
+    if (tokens > shape_.max_seq_len) {
+      return Status(Code::kOutOfRange, "slot " + std::to_string(slot) + ": " + std::to_string(tokens) +
+                                           " tokens is past max_seq_len=" + std::to_string(shape_.max_seq_len) +
+                                           " (the slot holds at most max_seq_len=" +
+                                           std::to_string(shape_.max_seq_len) + ")");
+    }
+    // Shared: reserve only adds mappings, so ops holding the cache may go on meanwhile.
+    std::shared_lock<std::shared_mutex> use(use_mu_);
+    std::lock_guard<std::mutex> lock(mu_);
+    int32_t& mapped = mapped_[static_cast<size_t>(slot)];
+    if (tokens <= mapped) return Status::Ok();
+    const size_t cb = region_->chunk_bytes();
+    const size_t begin = static_cast<size_t>(slot * shape_.slot_bytes() + mapped * shape_.row_bytes);
+    const size_t end = static_cast<size_t>(slot * shape_.slot_bytes() + tokens * shape_.row_bytes);
+    const size_t first = begin / cb * cb;
+    PVT_RETURN_IF_ERROR(region_->map_range(first, region_->round_up(end) - first));
+    mapped = static_cast<int32_t>(tokens);
+    ++version_;
+    return Status::Ok();
+  });
 }
 
 bool SlotCache::chunk_needed_by_other(size_t c, int64_t slot) const {
@@ -117,7 +138,10 @@ bool SlotCache::chunk_needed_by_other(size_t c, int64_t slot) const {
 }
 
 Status SlotCache::release(int64_t slot, void* stream) {
-  PVT_RETURN_IF_ERROR(check_slot(slot, "release_slot"));
+  PVT_RETURN_IF_ERROR(check_slot(slot));
+  // Exclusive: waits until no op holds the cache (SlotCacheHold), so none is between its check of
+  // mapped_tokens and its last access of the memory unmapped below.
+  std::unique_lock<std::shared_mutex> use(use_mu_);
   std::lock_guard<std::mutex> lock(mu_);
   int32_t& mapped = mapped_[static_cast<size_t>(slot)];
   if (mapped == 0) return Status::Ok();
@@ -141,6 +165,14 @@ Status SlotCache::release(int64_t slot, void* stream) {
 Status SlotCache::record_use(void* stream) {
   std::lock_guard<std::mutex> lock(mu_);
   return region_->record_use(stream);
+}
+
+SlotCacheHold::SlotCacheHold(const SlotCache& a, const SlotCache* b) {
+  const SlotCache* lo = &a;
+  const SlotCache* hi = b == &a ? nullptr : b;
+  if (hi != nullptr && std::less<const SlotCache*>()(hi, lo)) std::swap(lo, hi);
+  first_ = std::shared_lock<std::shared_mutex>(lo->use_mu_);
+  if (hi != nullptr) second_ = std::shared_lock<std::shared_mutex>(hi->use_mu_);
 }
 
 }  // namespace pvt

@@ -9,12 +9,29 @@
 //
 // mapped_tokens(slot) is the number of leading rows of the slot the cache guarantees mapped: the
 // kernels check every read and write against it (kv_mapped in decode_attention.h), so a caller that
-// did not reserve gets an error, never a fault. All public methods are thread-safe.
+// did not reserve gets an error, never a fault.
+//
+// Threads. Every public method may be called from any thread at any time; the bookkeeping is
+// under one mutex. What that alone does not give is memory that stays mapped between an op's check
+// of mapped_tokens and its kernels' reads and writes: an op takes a SlotCacheHold (below) over the
+// caches it touches before its checks and keeps it until its host work is done, and release() waits
+// for every hold to go (reserve() does not: it only adds mappings). Guaranteed then:
+//   - CPU: an op's check, append and attention see one state of the slots; a release of a slot
+//     the op reads either finished before the op's check (the op refuses: nothing mapped) or waits
+//     until the op returned. No fault, no torn read, whatever threads call reserve/release.
+//   - CUDA: an op holds the caches while it queues its kernels and records its stream
+//     (record_use); a release waits for that hold, then for every recorded stream's queued work,
+//     before it unmaps, so kernels queued before release() began finish first. Work queued after
+//     release() returned reads the refreshed device copy of mapped_tokens and is refused (error
+//     flag), never faults. Release blocks the calling host thread until the GPU is past that work.
+//   - Not covered: memory read by anything but the slot ops (a plain Paddle op or read_slot's
+//     slicing of the cache tensor) while another thread releases that slot.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "region.h"
@@ -25,6 +42,7 @@ struct SlotCacheShape {
   int64_t num_slots = 0;
   int64_t max_seq_len = 0;
   int64_t row_bytes = 0;  // bytes of one token row of one slot ([H, D] or [L, 2, Hkv, D] elements)
+  // Only for a shape SlotCache::create accepted (it checks num_slots * max_seq_len * row_bytes fits).
   int64_t slot_bytes() const { return max_seq_len * row_bytes; }
 };
 
@@ -48,12 +66,14 @@ class SlotCache {
   // (the adapter keeps a device copy and refreshes it only when the version moved).
   std::vector<int32_t> mapped_tokens_all(uint64_t* version) const;
 
-  // Map the chunks covering rows [0, tokens) of `slot` (those already mapped stay). kOutOfRange for a
-  // bad slot or tokens > max_seq_len, kOutOfMemory when memory (or the limit) runs out; all or
-  // nothing. Never lowers mapped_tokens.
+  // Map the chunks covering rows [0, tokens) of `slot` (those already mapped stay). All or nothing;
+  // never lowers mapped_tokens. kInvalidArgument for a slot outside [0, num_slots) or tokens < 0,
+  // kOutOfRange for tokens > max_seq_len, kOutOfMemory when memory (or the limit) runs out.
+  // Messages carry no caller prefix ("slot 9 is out of range [0, 4)"): the caller adds its name.
   Status reserve(int64_t slot, int64_t tokens, void* stream);
-  // Unmap the slot's chunks that no other slot needs; mapped_tokens(slot) becomes 0. `stream` is
-  // synchronised first (work queued on it may still read the slot).
+  // Unmap the slot's chunks that no other slot needs; mapped_tokens(slot) becomes 0. Waits for every
+  // SlotCacheHold, then for `stream` and every stream recorded with record_use (work queued on them
+  // may still read the slot). kInvalidArgument for a slot outside [0, num_slots).
   Status release(int64_t slot, void* stream);
 
   // Work queued on `stream` may read or write this cache: a later release waits for it
@@ -69,17 +89,36 @@ class SlotCache {
   void set_attachment(std::shared_ptr<void> a);
 
  private:
+  friend class SlotCacheHold;
   SlotCache(SlotCacheShape shape, std::unique_ptr<Region> region);
-  Status check_slot(int64_t slot, const char* what) const;
+  Status check_slot(int64_t slot) const;
   // True when a slot other than `slot` has mapped rows inside chunk `c`.
   bool chunk_needed_by_other(size_t c, int64_t slot) const;
 
   const SlotCacheShape shape_;
   std::unique_ptr<Region> region_;
-  mutable std::mutex mu_;
+  // Held shared by SlotCacheHold and reserve (neither unmaps), exclusive by release; taken before mu_.
+  mutable std::shared_mutex use_mu_;
+  mutable std::mutex mu_;  // the bookkeeping below and region_
   std::vector<int32_t> mapped_;
   uint64_t version_ = 0;
   std::shared_ptr<void> attachment_;
+};
+
+// Keeps what is mapped in one or two caches mapped while it lives (release waits for it; reserve
+// does not). An op takes one over every cache it touches before it reads mapped_tokens for its
+// checks and drops it after its host work (CPU kernels run, CUDA kernels queued and recorded). The
+// caches must outlive it. Taken in address order, once per distinct cache, so ops holding (k, v)
+// and (v, k) cannot deadlock with releases queued between them. Not reentrant: a thread holding a
+// cache must not reserve or release it.
+class SlotCacheHold {
+ public:
+  explicit SlotCacheHold(const SlotCache& a, const SlotCache* b = nullptr);
+  SlotCacheHold(const SlotCacheHold&) = delete;
+  SlotCacheHold& operator=(const SlotCacheHold&) = delete;
+
+ private:
+  std::shared_lock<std::shared_mutex> first_, second_;
 };
 
 }  // namespace pvt

@@ -5,6 +5,7 @@
 // unnormalised output) per query row; the partials of an entry merge by log-sum-exp. The
 // variable-length fields (decode_attention.h) only change what each entry's item reads.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -194,7 +195,7 @@ struct Isa {
   void (*run)(const Item&);
 };
 
-Isa pick_isa() {
+int best_isa_level() {
   static const int best = [] {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
@@ -203,12 +204,29 @@ Isa pick_isa() {
 #endif
     return 0;
   }();
-  int level = best;
-  if (const char* env = std::getenv("PADDLE_VTENSOR_CPU_ISA")) {
-    const std::string want = env;
-    const int asked = want == "scalar" ? 0 : want == "avx2" ? 1 : 2;
-    level = asked < best ? asked : best;
-  }
+  return best;
+}
+
+// -1: not asked for; else "scalar" 0, "avx2" 1, "avx512" 2.
+int isa_level_of(const char* name) {
+  const std::string want = name;
+  return want == "scalar" ? 0 : want == "avx2" ? 1 : want == "avx512" ? 2 : -1;
+}
+
+// The level asked for: PADDLE_VTENSOR_CPU_ISA, read once per process, until
+// decode_attention_cpu_set_isa changes it (tests and comparisons run every build in one process).
+std::atomic<int>& asked_isa_level() {
+  static std::atomic<int> asked{[] {
+    const char* env = std::getenv("PADDLE_VTENSOR_CPU_ISA");
+    return env != nullptr ? isa_level_of(env) : -1;
+  }()};
+  return asked;
+}
+
+Isa pick_isa() {
+  const int best = best_isa_level();
+  const int asked = asked_isa_level().load(std::memory_order_relaxed);
+  const int level = asked >= 0 && asked < best ? asked : best;
   if (level == 2) return {"avx512", cpu_attention::kWidthAvx512, cpu_attention::run_item_avx512};
   if (level == 1) return {"avx2", cpu_attention::kWidthAvx2, cpu_attention::run_item_avx2};
   return {"scalar", cpu_attention::kWidthScalar, cpu_attention::run_item_scalar};
@@ -246,6 +264,12 @@ struct EntryPlan {
 }  // namespace
 
 const char* decode_attention_cpu_isa() { return pick_isa().name; }
+bool decode_attention_cpu_set_isa(const char* name) {
+  const int level = name == nullptr ? -1 : isa_level_of(name);
+  if (name != nullptr && level < 0) return false;
+  asked_isa_level().store(level, std::memory_order_relaxed);
+  return true;
+}
 int decode_attention_cpu_threads() { return cpu_pool_threads(); }
 
 Status decode_attention_cpu(const DecodeAttentionParams& p) {

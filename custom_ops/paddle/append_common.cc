@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 
 namespace pvt {
 
@@ -19,12 +18,15 @@ CacheConfig cache_config(const CacheShape& shape, int64_t max_seq_len, int64_t c
   CacheConfig config;
   config.capacity_tokens = std::max(max_seq_len > 0 ? max_seq_len : kDefaultMaxSeqLen, need_tokens);
   config.chunk_bytes = static_cast<size_t>(chunk_bytes);  // 0: the core's default
-  const int64_t token_bytes = shape.token_bytes();
   // The core sizes the reservation as capacity * token_bytes; past int64 that product wraps into a
-  // small reservation that would look valid.
-  PD_CHECK(token_bytes <= 0 || config.capacity_tokens <= std::numeric_limits<int64_t>::max() / token_bytes,
-           op, ": a reservation of ", config.capacity_tokens, " tokens of ", token_bytes,
-           " bytes does not fit in 64 bits; lower max_seq_len");
+  // small reservation that would look valid. (Non-positive sizes are the core's to refuse.)
+  int64_t token_bytes = 0, bytes = 0;
+  const bool positive = shape.batch > 0 && shape.heads > 0 && shape.head_dim > 0;
+  PD_CHECK(!positive || checked_product({shape.batch, shape.heads, shape.head_dim, shape.elem_bytes}, &token_bytes),
+           op, ": a token of batch=", shape.batch, " heads=", shape.heads, " head_dim=", shape.head_dim,
+           " does not fit in 64 bits of bytes");
+  PD_CHECK(!positive || checked_mul(config.capacity_tokens, token_bytes, &bytes), op, ": a reservation of ",
+           config.capacity_tokens, " tokens of ", token_bytes, " bytes does not fit in 64 bits; lower max_seq_len");
   return config;
 }
 
@@ -34,6 +36,8 @@ void check_inputs(const paddle::Tensor& cache, const paddle::Tensor& tokens, int
                   const char* op) {
   check_defined(cache, op, "the cache");
   check_defined(tokens, op, "tokens");
+  refuse_slot_cache(cache, op, "the cache");
+  refuse_slot_cache(tokens, op, "tokens");
   const auto& c = cache.dims();
   const auto& t = tokens.dims();
   PD_CHECK(c.size() == 4, op, ": cache must have rank 4 (logical [batch, seq, heads, head_dim]), got rank ",

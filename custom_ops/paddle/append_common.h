@@ -12,6 +12,7 @@
 #include <string>
 
 #include "op_support.h"
+#include "vtensor_slot_common.h"
 
 namespace pvt {
 

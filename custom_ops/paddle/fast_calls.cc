@@ -11,7 +11,9 @@
 // Each returns None when it cannot take the call (an argument that is not a whole VTensor view, a
 // non-contiguous token, not a tensor): Python then calls the op the ordinary way, which migrates a
 // plain cache or raises the typed error. An op's refusal raises OSError with the op's message, as
-// the op itself would. Static graphs never come here: they use the ops (and the pass).
+// the op itself would. A slot cache (or a view of one) is refused here with the op's message rather
+// than declined: the ordinary way would first transpose or copy it whole, reading unmapped memory.
+// Static graphs never come here: they use the ops (and the pass).
 #include <Python.h>
 
 #include "append_common.h"
@@ -66,6 +68,11 @@ paddle::Tensor logical_of(const paddle::Tensor& storage) {
 
 PyObject* none() { Py_RETURN_NONE; }
 
+// Refuses (throws, naming `op`) when the tensor argument args[i] lies in a slot cache.
+void refuse_slot_arg(PyObject* const* args, Py_ssize_t i, const char* op, const char* what) {
+  pvt::refuse_slot_cache(CastPyArg2Tensor(args[i], i), op, what);
+}
+
 PyObject* to_python(const paddle::Tensor& t) { return paddle::pybind::ToPyObject(t, false); }
 
 // Runs `body` (which returns a new reference), turning a C++ exception into OSError with its text,
@@ -100,6 +107,11 @@ PyObject* fast_append(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return guarded([&]() -> PyObject* {
     const paddle::Tensor storage = storage_of(CastPyArg2Tensor(args[0], 0));
     const paddle::Tensor& tokens = CastPyArg2Tensor(args[1], 1);
+    if (!storage.defined()) {
+      const char* op = expect == 1 ? pvt::names::kReserveOneToken : pvt::names::kAppend;
+      refuse_slot_arg(args, 0, op, "the cache");
+      refuse_slot_arg(args, 1, op, "tokens");
+    }
     // append_to_cache reads tokens as contiguous [B, T, H, D] (the op runner guarantees that).
     if (!storage.defined() || !tokens.defined() || !tokens.is_dense_tensor() ||
         !std::static_pointer_cast<phi::DenseTensor>(tokens.impl())->meta().is_contiguous()) {
@@ -116,7 +128,10 @@ PyObject* fast_truncate(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 2 || !PyCheckTensor(args[0]) || !read_int(args[1], &n)) return none();
   return guarded([&]() -> PyObject* {
     const paddle::Tensor storage = storage_of(CastPyArg2Tensor(args[0], 0));
-    if (!storage.defined()) return none();
+    if (!storage.defined()) {
+      refuse_slot_arg(args, 0, pvt::names::kTruncate, "the cache");
+      return none();
+    }
     return to_python(logical_of(VTensorTruncate(storage, n)[0]));
   });
 }
@@ -126,6 +141,7 @@ PyObject* fast_storage(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 1 || !PyCheckTensor(args[0])) return none();
   return guarded([&]() -> PyObject* {
     const paddle::Tensor storage = storage_of(CastPyArg2Tensor(args[0], 0));
+    if (!storage.defined()) refuse_slot_arg(args, 0, "storage_view", "the cache");
     return storage.defined() ? to_python(storage) : none();
   });
 }
@@ -149,6 +165,10 @@ PyObject* fast_decode_attention(PyObject*, PyObject* const* args, Py_ssize_t nar
     const paddle::Tensor k = storage_of(CastPyArg2Tensor(args[1], 1));
     const paddle::Tensor v = storage_of(CastPyArg2Tensor(args[2], 2));
     const paddle::Tensor& q = CastPyArg2Tensor(args[0], 0);
+    if (!k.defined() || !v.defined()) {
+      refuse_slot_arg(args, 1, pvt::names::kDecodeAttention, "the key cache");
+      refuse_slot_arg(args, 2, pvt::names::kDecodeAttention, "the value cache");
+    }
     if (!k.defined() || !v.defined() || !q.defined()) return none();
     paddle::optional<paddle::Tensor> mask;
     if (args[3] != Py_None) mask = CastPyArg2Tensor(args[3], 3);

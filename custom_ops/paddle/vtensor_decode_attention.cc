@@ -36,6 +36,10 @@ void check_inputs(const paddle::Tensor& q, const paddle::Tensor& k, const paddle
   pvt::check_defined(k, kOp, "the key cache");
   pvt::check_defined(v, kOp, "the value cache");
   if (mask) pvt::check_defined(*mask, kOp, "the mask");
+  pvt::refuse_slot_cache(q, kOp, "q");
+  pvt::refuse_slot_cache(k, kOp, "the key cache");
+  pvt::refuse_slot_cache(v, kOp, "the value cache");
+  if (mask) pvt::refuse_slot_cache(*mask, kOp, "the mask");
   PD_CHECK(std::isfinite(scale), kOp, ": scale must be finite, got ", scale);
   const auto& qd = q.dims();
   const auto& kd = k.dims();

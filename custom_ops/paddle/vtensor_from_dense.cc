@@ -9,6 +9,7 @@ std::vector<paddle::Tensor> VTensorFromDense(const paddle::Tensor& x, int64_t ma
                                              int64_t chunk_bytes) {
   const char* op = pvt::names::kFromDense;
   pvt::check_defined(x, op, "x");
+  pvt::refuse_slot_cache(x, op, "x");
   const auto& d = x.dims();
   PD_CHECK(d.size() == 4, op, ": x must have rank 4 [batch, seq, heads, head_dim], got rank ",
            d.size());

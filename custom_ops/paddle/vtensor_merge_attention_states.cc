@@ -7,6 +7,7 @@
 
 #include "../op_names.h"
 #include "op_support.h"
+#include "vtensor_slot_common.h"
 #include "../kernels/merge_attention_states.h"
 
 namespace {
@@ -26,6 +27,8 @@ void check_inputs(const std::vector<paddle::Tensor>& outs, const std::vector<pad
   const paddle::Tensor& o0 = outs[0];
   const phi::DDim& d0 = o0.dims();
   PD_CHECK(d0.size() >= 2, kOp, ": outputs must be [..., heads, head_dim] (rank >= 2), got ", dims_str(d0));
+  // First among the shape checks: rows = numel / head_dim below needs a non-empty head_dim.
+  PD_CHECK(o0.numel() > 0, kOp, ": outputs must not be empty (every dimension >= 1), got shape ", dims_str(d0));
   scalar_type(o0.dtype());
   for (size_t i = 0; i < outs.size(); ++i) {
     const paddle::Tensor& o = outs[i];
@@ -43,11 +46,12 @@ void check_inputs(const std::vector<paddle::Tensor>& outs, const std::vector<pad
                "; expected the output's shape without head_dim, ", dims_str(phi::slice_ddim(d0, 0, d0.size() - 1)));
     }
     PD_CHECK(o.is_contiguous() && l.is_contiguous(), kOp, ": part ", i, " is not contiguous");
+    pvt::refuse_slot_cache(o, kOp, "an output");
+    pvt::refuse_slot_cache(l, kOp, "an lse");
     PD_CHECK(o.place() == o0.place() && l.place() == o0.place(), kOp, ": part ", i, " is on ",
              o.place().DebugString(), " (lse on ", l.place().DebugString(), ") but part 0's output is on ",
              o0.place().DebugString(), "; all parts must share a place");
   }
-  PD_CHECK(o0.numel() > 0, kOp, ": outputs must not be empty, got shape ", dims_str(d0));
 }
 
 }  // namespace

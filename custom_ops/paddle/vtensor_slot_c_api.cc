@@ -1,6 +1,13 @@
 // C entry points for the host decisions on a slot cache (reserve / release a slot, read its
 // bookkeeping). Not tensor ops: they move no data, and the scheduler calls them between steps.
-// Python reaches them with ctypes (paddle_vtensor/slots.py), keyed by the cache tensor's data pointer.
+// Python reaches them with ctypes (paddle_vtensor/slots.py), keyed by the cache tensor's data pointer,
+// which must be the cache's base: a pointer inside it (a slice of the cache) is refused, as the ops
+// refuse such views. A pointer cannot tell a reshaped view from the cache: Python checks the tensor.
+//
+// Errors: "<Code>: <message>" in err and the Code as the return value; the core's messages carry
+// no caller prefix, Python adds "reserve_slot: " once. Slot ids and token counts arrive as int64 and
+// are range-checked by the core (slot in [0, num_slots): InvalidArgument; tokens < 0: InvalidArgument;
+// tokens > max_seq_len: OutOfRange); a Python int past int64 must be refused before ctypes wraps it.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -21,9 +28,21 @@ int report(const pvt::Status& st, char* err, int64_t err_len) {
   return static_cast<int>(st.code());
 }
 
-std::shared_ptr<pvt::SlotCache> find(const void* ptr, char* err, int64_t err_len, int* code) {
+// The cache whose base is `ptr`, or null (a pointer inside a cache is not its base).
+std::shared_ptr<pvt::SlotCache> find_base(const void* ptr) {
   auto cache = pvt::SlotCache::find(ptr);
-  if (!cache) *code = report(pvt::Status(pvt::Code::kInvalidArgument, "the tensor is not a slot cache"), err, err_len);
+  return cache && cache->data() == ptr ? cache : nullptr;
+}
+
+std::shared_ptr<pvt::SlotCache> find(const void* ptr, char* err, int64_t err_len, int* code) {
+  auto cache = find_base(ptr);
+  if (!cache) {
+    const bool inside = pvt::SlotCache::find(ptr) != nullptr;
+    *code = report(pvt::Status(pvt::Code::kInvalidArgument,
+                               inside ? "the tensor is a view inside a slot cache, not the cache itself"
+                                      : "the tensor is not a slot cache"),
+                   err, err_len);
+  }
   return cache;
 }
 
@@ -46,8 +65,8 @@ int pvt_slot_release(const void* ptr, int64_t slot, void* stream, char* err, int
 // Returns 0 when ptr is in no slot cache, else 1 and out[0..5] = num_slots, max_seq_len, row_bytes,
 // chunk_bytes, reserved_bytes, mapped_bytes.
 int pvt_slot_info(const void* ptr, int64_t* out) {
-  auto cache = pvt::SlotCache::find(ptr);
-  if (!cache) return 0;
+  auto cache = find_base(ptr);
+  if (!cache || out == nullptr) return 0;
   const pvt::SlotCacheShape& s = cache->shape();
   const int64_t v[6] = {s.num_slots, s.max_seq_len, s.row_bytes, static_cast<int64_t>(cache->chunk_bytes()),
                         static_cast<int64_t>(cache->reserved_bytes()), static_cast<int64_t>(cache->mapped_bytes())};
@@ -57,8 +76,8 @@ int pvt_slot_info(const void* ptr, int64_t* out) {
 
 // Fills out[0..num_slots) with each slot's mapped rows; returns 0 when ptr is in no slot cache.
 int pvt_slot_mapped_tokens(const void* ptr, int32_t* out, int64_t n) {
-  auto cache = pvt::SlotCache::find(ptr);
-  if (!cache) return 0;
+  auto cache = find_base(ptr);
+  if (!cache || out == nullptr) return 0;
   const std::vector<int32_t> m = cache->mapped_tokens_all(nullptr);
   for (int64_t i = 0; i < n && i < static_cast<int64_t>(m.size()); ++i) out[i] = m[static_cast<size_t>(i)];
   return 1;

@@ -17,15 +17,18 @@ std::vector<paddle::Tensor> VTensorSlotCache(const paddle::Tensor& like, const s
   int64_t row = pvt::kv_elem_bytes(like.dtype(), op, "the cache dtype");
   for (size_t i = 0; i < shape.size(); ++i) {
     PD_CHECK(shape[i] > 0, op, ": every dimension must be positive, got ", shape[i], " at dimension ", i);
-    if (i >= 2) row *= shape[i];
+    // The core checks slots x rows x row bytes; the row itself must not wrap first.
+    PD_CHECK(i < 2 || pvt::checked_mul(row, shape[i], &row), op, ": a token row of shape ",
+             pvt::dims_str(phi::make_ddim(std::vector<int64_t>(shape.begin() + 2, shape.end()))),
+             " is too large (its size in bytes does not fit in 64 bits)");
   }
   pvt::SlotCacheShape s{shape[0], shape[1], row};
   std::shared_ptr<pvt::SlotCache> cache;
   pvt::throw_if_error(pvt::SlotCache::create(pvt::to_device(like.place()), s,
                                              chunk_bytes > 0 ? static_cast<size_t>(chunk_bytes) : 0, &cache),
                       op);
-  auto holder = std::make_shared<pvt::SlotAllocation>(cache, like.place());
   phi::DenseTensorMeta meta(like.dtype(), phi::make_ddim(shape));
+  auto holder = std::make_shared<pvt::SlotAllocation>(cache, like.place(), meta.dims, like.dtype());
   return {paddle::Tensor(std::make_shared<phi::DenseTensor>(holder, meta))};
 }
 

@@ -1,5 +1,6 @@
 // What the slot-cache ops share: the tensor over a whole SlotCache, finding the cache behind an
-// input, and the per-cache device state (a device copy of mapped_tokens, the error flag).
+// input (and refusing any other tensor, or a view of one), refusing a slot cache where an op reads a
+// tensor whole, and the per-cache device state (a device copy of mapped_tokens, the error flag).
 #pragma once
 
 #include <memory>
@@ -10,29 +11,42 @@
 namespace pvt {
 
 // The whole reservation of a SlotCache as one phi::Allocation: the cache tensor holds it, and the
-// cache lives as long as any tensor (or Paddle view) does.
+// cache lives as long as any tensor (or Paddle view) does. It remembers the cache tensor's shape and
+// dtype: a Paddle view (reshape, slice, view-as-dtype) shares this holder, and the ops must tell
+// the cache from such a view.
 class SlotAllocation final : public phi::Allocation {
  public:
-  SlotAllocation(std::shared_ptr<SlotCache> cache, const phi::Place& place);
+  SlotAllocation(std::shared_ptr<SlotCache> cache, const phi::Place& place, const phi::DDim& dims,
+                 phi::DataType dtype);
   const std::shared_ptr<SlotCache>& cache() const { return cache_; }
+  const phi::DDim& dims() const { return dims_; }
+  phi::DataType dtype() const { return dtype_; }
 
  private:
   std::shared_ptr<SlotCache> cache_;
+  phi::DDim dims_;
+  phi::DataType dtype_;
 };
 
-// The slot cache `t` is the whole tensor of (contiguous, offset 0, made by vtensor_slot_cache), or
-// throws naming `what` and `op`.
+// The slot cache `t` is (the tensor vtensor_slot_cache made: its own allocation, offset 0, its own
+// dims, dtype and contiguous strides), or throws "<op>: <what> is not a slot cache ..." / "... is a
+// view of a slot cache ..." (a bad input: InvalidArgument in the error table).
 std::shared_ptr<SlotCache> slot_cache_of(const paddle::Tensor& t, const char* op, const char* what);
+
+// Throws "<op>: <what> is a slot cache ..." when `t`'s memory lies in a slot cache (the cache or any
+// view of it). For the ops that read or copy a tensor whole (the seq-major ops, the merge): most of a
+// slot cache is not mapped, so reading it whole faults.
+void refuse_slot_cache(const paddle::Tensor& t, const char* op, const char* what);
 
 // Device-side state of a cache on a GPU: kv_mapped (int32 [num_slots]) refreshed from the host
 // whenever reserve/release changed it, and error_flag (int32 [1]). Created on first use.
-struct SlotDeviceState {
-  uint64_t version = ~uint64_t(0);
+struct SlotDeviceTensors {
   paddle::Tensor mapped;
   paddle::Tensor error_flag;
 };
 // Brings the device copy of mapped_tokens up to date (an asynchronous host-to-device copy queued in
 // stream order, so a kernel sees what was reserved before it was queued) and returns the state.
-SlotDeviceState& slot_device_state(const std::shared_ptr<SlotCache>& cache, const phi::Place& place);
+// Thread-safe (ops on one cache may run in several threads).
+SlotDeviceTensors slot_device_state(const std::shared_ptr<SlotCache>& cache, const phi::Place& place);
 
 }  // namespace pvt

@@ -17,7 +17,7 @@ std::vector<paddle::Tensor> VTensorSlotErrors(const paddle::Tensor& cache_tensor
   if (cache_tensor.place().GetType() == phi::AllocationType::CPU || !cache->attachment()) return {out};
 #ifdef PADDLE_VTENSOR_WITH_CUDA
   pvt::DeviceGuard guard(cache_tensor.place(), op);
-  pvt::SlotDeviceState& state = pvt::slot_device_state(cache, cache_tensor.place());
+  pvt::SlotDeviceTensors state = pvt::slot_device_state(cache, cache_tensor.place());
   out = state.error_flag.copy_to(phi::CPUPlace(), /*blocking=*/true);
   auto stream = static_cast<cudaStream_t>(pvt::stream_of(state.error_flag));
   PD_CHECK(cudaMemsetAsync(state.error_flag.data(), 0, sizeof(int32_t), stream) == cudaSuccess, op,

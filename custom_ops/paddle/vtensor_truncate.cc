@@ -9,6 +9,7 @@
 std::vector<paddle::Tensor> VTensorTruncate(const paddle::Tensor& cache, int64_t seq_len) {
   const char* op = pvt::names::kTruncate;
   pvt::check_defined(cache, op, "the cache");
+  pvt::refuse_slot_cache(cache, op, "the cache");
   PD_CHECK(cache.dims().size() == 4, op,
            ": cache must have rank 4 (logical [batch, seq, heads, head_dim]), got rank ",
            cache.dims().size());

@@ -32,6 +32,7 @@ _SIGNATURES = {
     "pvt_last_pass_report": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
     "pvt_cpu_attention_isa": (ctypes.c_char_p, []),
     "pvt_cpu_attention_threads": (ctypes.c_int, []),
+    "pvt_set_cpu_attention_isa": (ctypes.c_int, [ctypes.c_char_p]),
 }
 
 
@@ -122,6 +123,13 @@ def last_pass_report() -> str:
 
 def cpu_attention_isa() -> str:
     return _lib().pvt_cpu_attention_isa().decode()
+
+
+def set_cpu_attention_isa(name: str | None) -> None:
+    """Ask the host decode attention for a lower instruction-set build ("scalar", "avx2", "avx512";
+    None: the best the CPU has). Process-wide; PADDLE_VTENSOR_CPU_ISA sets the starting value."""
+    if not _lib().pvt_set_cpu_attention_isa(None if name is None else name.encode()):
+        raise ValueError(f"set_cpu_attention_isa: expected 'scalar', 'avx2', 'avx512' or None, got {name!r}")
 
 
 def cpu_attention_threads() -> int:

@@ -37,9 +37,9 @@ void test_mapping(Report& r) {
   bool intact = true;
   for (int i = 0; i < 10 * 64; ++i) intact &= static_cast<uint8_t>(c->data()[100 * 64 + i]) == 0x5a;
   r.check(intact, "slot neighbour's data survives a release");
-  r.code(c->reserve(3, 1, nullptr), Code::kOutOfRange, "slot reserve bad slot");
+  r.code(c->reserve(3, 1, nullptr), Code::kInvalidArgument, "slot reserve bad slot");
   r.code(c->reserve(1, 101, nullptr), Code::kOutOfRange, "slot reserve past max_seq_len");
-  r.code(c->release(-1, nullptr), Code::kOutOfRange, "slot release bad slot");
+  r.code(c->release(-1, nullptr), Code::kInvalidArgument, "slot release bad slot");
   r.ok(c->release(1, nullptr), "slot release 1");
   r.eq(c->mapped_bytes(), 0, "slot everything released");
   r.code(SlotCache::create(Device::host(), {0, 100, 64}, kPage, &c), Code::kInvalidArgument, "slot create empty");
@@ -98,12 +98,54 @@ void test_append_varlen(Report& r) {
   r.code(append_varlen_cpu(p), Code::kInvalidArgument, "append_varlen bad element size");
 }
 
+// Sizes whose byte counts pass int64 are refused with InvalidArgument, never divided by after
+// wrapping (issue 25: {1, 2^30, 2^34} made slot_bytes 0 and SIGFPE'd).
+void test_shape_overflow(Report& r) {
+  std::shared_ptr<SlotCache> c;
+  r.code(SlotCache::create(Device::host(), {1, int64_t(1) << 30, int64_t(1) << 34}, kPage, &c),
+         Code::kInvalidArgument, "slot create slot bytes past int64");
+  r.code(SlotCache::create(Device::host(), {int64_t(1) << 40, int64_t(1) << 20, 1024}, kPage, &c),
+         Code::kInvalidArgument, "slot create total bytes past int64");
+  r.code(SlotCache::create(Device::host(), {2, int64_t(1) << 31, 64}, kPage, &c), Code::kInvalidArgument,
+         "slot create max_seq_len past int32");
+  r.code(SlotCache::create(Device::host(), {3, 8, -64}, kPage, &c), Code::kInvalidArgument,
+         "slot create negative row");
+  // 2^57 bytes: fits int64 but no address space has it -> the backend's mmap fails with ENOMEM.
+  r.code(SlotCache::create(Device::host(), {1, (int64_t(1) << 31) - 1, int64_t(1) << 26}, kPage, &c),
+         Code::kOutOfMemory, "slot create past the address space is OutOfMemory");
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// One code per mistake (the Python table keys on it), and messages without the caller's prefix
+// (the C entry point and Python add "reserve_slot: <Code>: " once).
+void test_codes_and_messages(Report& r) {
+  std::shared_ptr<SlotCache> c;
+  if (!r.ok(SlotCache::create(Device::host(), {3, 100, 64}, kPage, &c), "slot msg create")) return;
+  const Status bad_slot = c->reserve(3, 1, nullptr);
+  r.code(bad_slot, Code::kInvalidArgument, "slot msg bad slot is InvalidArgument");
+  r.check(bad_slot.message() == "slot 3 is out of range [0, 3)", "slot msg bad slot text", bad_slot.message());
+  const Status negative = c->reserve(1, -5, nullptr);
+  r.code(negative, Code::kInvalidArgument, "slot msg negative tokens is InvalidArgument");
+  r.check(contains(negative.message(), "tokens must be in [0, max_seq_len=100], got -5"),
+          "slot msg negative tokens text", negative.message());
+  const Status past = c->reserve(1, 101, nullptr);
+  r.code(past, Code::kOutOfRange, "slot msg past max_seq_len is OutOfRange");
+  r.check(contains(past.message(), "slot 1: 101 tokens is past max_seq_len=100") &&
+              !contains(past.message(), "reserve_slot"),
+          "slot msg past max_seq_len text", past.message());
+  const Status released = c->release(7, nullptr);
+  r.code(released, Code::kInvalidArgument, "slot msg release bad slot is InvalidArgument");
+  r.check(released.message() == "slot 7 is out of range [0, 3)", "slot msg release text", released.message());
+  r.eq(c->mapped_bytes(), 0, "slot msg refusals map nothing");
+}
+
 }  // namespace
-
-
 
 int main() {
   Report r;
+  test_shape_overflow(r);
+  test_codes_and_messages(r);
   test_mapping(r);
   test_limit(r);
   test_append_varlen(r);
