@@ -224,6 +224,6 @@ class SlotMachine(RuleBasedStateMachine):
 
 _examples = _env.hypothesis_examples()
 SlotMachine.TestCase.settings = settings(
-    max_examples=_examples or 25, stateful_step_count=30, derandomize=_examples is None, deadline=None,
+    max_examples=_examples or 300, stateful_step_count=40, derandomize=_examples is None, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much], database=None)
 TestSlotMachine = SlotMachine.TestCase
