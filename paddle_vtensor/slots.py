@@ -169,14 +169,17 @@ def slot_kv_cache(num_layers: int, num_slots: int, max_seq_len: int, num_kv_head
     return SlotKVCache(_new_cache("slot_kv_cache", dims, dtype, place, chunk_bytes))
 
 
-def _storage(cache, fn: str) -> paddle.Tensor:
+def _storage(cache, fn: str, by_pointer: bool = True) -> paddle.Tensor:
     """The slot cache tensor behind ``cache`` (a slot cache, a SlotKVCache or a LayerKV of one).
     TypeError for what is not one of those; SlotError for a tensor that is not a slot cache itself.
-    The C entry points find the cache by its base pointer, which a reshape of the cache shares: so
-    the tensor's shape, row size and strides are checked here (the ops check the tensor itself)."""
+    For the C entry points (``by_pointer``), which find the cache by its base pointer, which a reshape
+    of the cache shares: the tensor's shape, row size and strides are checked here. The ops check the
+    tensor itself (its allocation, dims, dtype, strides): for them only the type is checked here."""
     tensor = cache.storage if isinstance(cache, (SlotKVCache, LayerKV)) else cache
     if not isinstance(tensor, paddle.Tensor):
         raise TypeError(f"{fn}: expected a slot cache (slot_cache / slot_kv_cache), got {type(cache).__name__}")
+    if not by_pointer:
+        return tensor
     info = _ops.c.slot_info(tensor.data_ptr())
     if info is None:
         raise SlotError(f"{fn}: the tensor is not a slot cache (make one with paddle_vtensor.slot_cache or "
@@ -242,7 +245,7 @@ def check_slot_errors(cache) -> None:
     """Raise SlotError when a GPU kernel refused a sequence of this cache since the last check (its
     rows were not reserved, or past max_seq_len); clears the flag. One device-to-host read. On the
     CPU the ops raise at once, so this never raises there."""
-    flag = _run(PVT_OP_SLOT_ERRORS, _storage(cache, "check_slot_errors"))
+    flag = _run(PVT_OP_SLOT_ERRORS, _storage(cache, "check_slot_errors", by_pointer=False))
     if int(flag.numpy()[0]):
         raise SlotError("check_slot_errors: a kernel skipped a sequence whose slot rows were not reserved "
                         "(reserve_slot before the step) or that passed max_seq_len; its output is zeros")
@@ -320,7 +323,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k_new=None, v_new
                 and v_cache.kv == 1 and k_cache.layer == v_cache.layer and k_cache.storage is v_cache.storage):
             raise SlotError("attention_with_kvcache: with a SlotKVCache pass cache.k(l) and cache.v(l) of one layer")
         layer = k_cache.layer
-    k_storage, v_storage = _storage(k_cache, fn), _storage(v_cache, fn)
+    k_storage, v_storage = _storage(k_cache, fn, by_pointer=False), _storage(v_cache, fn, by_pointer=False)
     _no_gradients(fn, *[t for t in (q, k_new, v_new, k_storage, v_storage) if t is not None])
     place = q.place
     batched = q.ndim == 4
