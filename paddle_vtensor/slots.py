@@ -113,7 +113,7 @@ class _NotCopyable:
         self._refuse("pickled or saved (paddle.save)")
 
 
-@dataclasses.dataclass(frozen=True, repr=False)
+@dataclasses.dataclass(frozen=True, repr=False, eq=False)  # eq would compare the caches' every element
 class LayerKV(_NotCopyable):
     """Layer ``layer``'s K (kv=0) or V (kv=1) inside a model-wide :class:`SlotKVCache`: what
     :func:`attention_with_kvcache` takes as ``k_cache`` / ``v_cache`` (never made contiguous)."""
@@ -140,6 +140,9 @@ class SlotKVCache(_NotCopyable):
     whole model (docs/SLOT_CACHE.md)."""
 
     def __init__(self, storage: paddle.Tensor):
+        if len(_storage(storage, "SlotKVCache").shape) != 6:
+            raise SlotError(f"SlotKVCache: the storage must be a slot cache [num_slots, max_seq_len, num_layers, 2, "
+                            f"num_kv_heads, head_dim] (slot_kv_cache makes one), got shape {list(storage.shape)}")
         self.storage = storage
         self.num_slots, self.max_seq_len, self.num_layers, _, self.num_kv_heads, self.head_dim = storage.shape
 

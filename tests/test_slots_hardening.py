@@ -86,7 +86,8 @@ def test_slot_objects_print_a_summary_and_refuse_copies():
                     print("REFUSED", type(obj).__name__, name)
                 else:
                     raise AssertionError(f"{name} of {type(obj).__name__} was not refused")
-        assert copy.copy(cache.k(1)) == cache.k(1)  # a shallow copy shares the storage: harmless
+        layer = cache.k(1)
+        assert copy.copy(layer) is layer and copy.copy(cache) is cache  # shallow: the one cache, harmless
     """)
     lines = [ln for ln in out.splitlines() if ln.startswith(("SlotKVCache(", "LayerKV(", "REFUSED"))]
     row = 2 * 2 * 2 * 8 * 4  # layers x K/V x heads x head_dim x 4 bytes
@@ -199,6 +200,10 @@ def test_layer_kv_checks_its_layer():
         cache.v(2)
     with pytest.raises(pvt.SlotError, match="storage must be a SlotKVCache's storage"):
         pvt.LayerKV(pvt.slot_cache(SLOTS, S, HKV, D), 0, 0)
+    with pytest.raises(pvt.SlotError, match=r"SlotKVCache: the storage must be a slot cache .* got shape \[3, 16, 2, 8\]"):
+        pvt.SlotKVCache(pvt.slot_cache(SLOTS, S, HKV, D))
+    with pytest.raises(pvt.SlotError, match="SlotKVCache: the tensor is not a slot cache"):
+        pvt.SlotKVCache(paddle.zeros([SLOTS, S, 2, 2, HKV, D]))
 
 
 # ---- gradients: refused like decode_attention's, accepted under no_grad
