@@ -17,6 +17,9 @@
 #include "../op_names.h"
 #include "append_common.h"
 #include "../kernels/decode_attention.h"
+#ifdef PADDLE_VTENSOR_WITH_CUDA
+#include "../kernels/decode_attention_plan.h"
+#endif
 
 namespace {
 
@@ -132,7 +135,10 @@ std::vector<paddle::Tensor> run(const paddle::Tensor& q, const paddle::Tensor& k
 #ifdef PADDLE_VTENSOR_WITH_CUDA
   PD_CHECK(p.head_dim <= pvt::kCudaMaxHeadDim, kOp, ": head_dim ", p.head_dim,
            " is larger than the CUDA kernel supports (", pvt::kCudaMaxHeadDim, ")");
-  const size_t ws = pvt::decode_attention_cuda_workspace_bytes(p);
+  // Planned once: the plan sizes the workspace and is what the launch runs.
+  pvt::decode_plan::Plan plan;
+  pvt::throw_if_error(pvt::decode_attention_cuda_plan(p, &plan), kOp);
+  const size_t ws = plan.workspace_bytes;
   paddle::Tensor workspace;
   if (ws > 0) {
     workspace = paddle::empty({static_cast<int64_t>(ws)}, phi::DataType::UINT8, q.place());
@@ -140,7 +146,7 @@ std::vector<paddle::Tensor> run(const paddle::Tensor& q, const paddle::Tensor& k
     p.workspace_bytes = ws;
   }
   void* stream = pvt::stream_of(q);
-  pvt::throw_if_error(pvt::decode_attention_cuda(p, stream), kOp);
+  pvt::throw_if_error(pvt::decode_attention_cuda_run(p, plan, stream), kOp);
   // The kernel reads K and V where they lie: their caches must not be released before it ran.
   pvt::record_cache_use(p.k, q.place(), stream, kOp);
   pvt::record_cache_use(p.v, q.place(), stream, kOp);

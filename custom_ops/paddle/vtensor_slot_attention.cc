@@ -26,6 +26,9 @@
 #include "vtensor_slot_common.h"
 #include "../kernels/append_varlen.h"
 #include "../kernels/decode_attention.h"
+#ifdef PADDLE_VTENSOR_WITH_CUDA
+#include "../kernels/decode_attention_plan.h"
+#endif
 
 namespace {
 
@@ -325,7 +328,10 @@ std::vector<paddle::Tensor> VTensorSlotAttention(
   p.kv_mapped = ap.kv_mapped;
   p.error_flag = ap.error_flag;
   pvt::throw_if_error(pvt::check_decode_attention_params(p), kOp);  // before the append is queued
-  const size_t ws = pvt::decode_attention_cuda_workspace_bytes(p);
+  // Planned once: the plan sizes the workspace and is what the launch runs.
+  pvt::decode_plan::Plan plan;
+  pvt::throw_if_error(pvt::decode_attention_cuda_plan(p, &plan), kOp);
+  const size_t ws = plan.workspace_bytes;
   paddle::Tensor workspace;
   if (ws > 0) {
     workspace = paddle::empty({static_cast<int64_t>(ws)}, phi::DataType::UINT8, place);
@@ -337,7 +343,7 @@ std::vector<paddle::Tensor> VTensorSlotAttention(
       return pvt::append_varlen_cuda(a, stream);
     });
   }
-  pvt::throw_if_error(pvt::decode_attention_cuda(p, stream), kOp);
+  pvt::throw_if_error(pvt::decode_attention_cuda_run(p, plan, stream), kOp);
   // The kernels read (and wrote) the caches where they lie: a release_slot must wait for them.
   pvt::throw_if_error(kc->record_use(stream), kOp);
   if (vc != kc) pvt::throw_if_error(vc->record_use(stream), kOp);
