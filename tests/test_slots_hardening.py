@@ -185,6 +185,19 @@ def test_snapshot_sees_a_write():
     assert snapshot(k, v) != before
 
 
+def test_a_cache_reshaped_in_place_is_refused_after_it_was_accepted():
+    """The slot functions remember the tensors they checked (the check costs a C lookup); a tensor
+    reshaped in place afterwards is checked again, and refused."""
+    k = pvt.slot_cache(SLOTS, S, HKV, D, chunk_bytes=4096)
+    pvt.reserve_slot(k, 1, 3)
+    k.reshape_([SLOTS * 2, S // 2, HKV, D])
+    with pytest.raises(pvt.SlotError, match=r"the tensor \(shape \[6, 8, 2, 8\]\) is a view of a slot cache"):
+        pvt.reserve_slot(k, 0, 1)
+    k.reshape_([SLOTS, S, HKV, D])
+    pvt.reserve_slot(k, 0, 1)
+    assert pvt.slot_info(k)["mapped_tokens"].tolist() == [1, 3, 0]
+
+
 def test_numpy_and_tensor_integers_are_ints():
     k, v = make_caches()
     pvt.reserve_slot(k, np.int64(2), paddle.to_tensor(3))
