@@ -188,7 +188,7 @@ def test_reserve_release_codes_and_messages():
 
 def test_view_pointer_refused_by_entry_points():
     k = pvt.slot_cache(SLOTS, S, HKV, D, chunk_bytes=4096)
-    with pytest.raises(ValueError, match="not a slot cache"):
+    with pytest.raises(ValueError, match="view inside a slot cache, not the cache itself"):
         pvt.reserve_slot(k[1:], 0, 5)  # its data pointer is slot 1's first row, not the cache's base
     assert pvt.slot_info(k)["mapped_tokens"].tolist() == [0] * SLOTS
 
