@@ -40,6 +40,7 @@ from .errors import (
     VTensorOutOfMemoryError,
 )
 from .merge import merge_attention_states
+from .sharing import reserve_for_write, share_prefix, sharing_info
 from .slots import (
     LayerKV,
     SlotKVCache,
@@ -75,6 +76,9 @@ def __getattr__(name):
 __version__ = "0.1.0"
 
 __all__ = [
+    "reserve_for_write",
+    "share_prefix",
+    "sharing_info",
     "speculative_generate",
     "SpeculativeError",
     "LayerKV",

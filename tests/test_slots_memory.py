@@ -1,5 +1,5 @@
-"""Slot-cache memory: mapped memory follows the slots' own lengths; border chunks are shared and
-released only when no slot needs them; a neighbour's release never takes a live slot's rows."""
+"""Slot-cache memory: mapped memory follows the slots' own lengths; every slot starts on a chunk, so no
+chunk holds rows of two slots; a neighbour's release never takes a live slot's rows."""
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,14 +19,16 @@ def needed_chunks(lens, span_bytes, row_bytes, chunk):
     return need
 
 
-def test_border_chunk_shared_then_released():
-    # 100 rows x 64 bytes = 6400 bytes per slot: slot 1 starts inside chunk 1, which slot 0 ends in.
+def test_aligned_slots_share_no_border_chunk():
+    # 100 rows x 64 bytes = 6400 bytes: unaligned, slot 1 would start inside slot 0's second page.
+    # Aligned, each slot spans 128 rows (2 pages) and maps only its own pages.
     k = pvt.slot_cache(3, 100, 1, 16, chunk_bytes=PAGE)
+    assert pvt.sharing_info(k)["slot_rows"] == 128
     pvt.reserve_slot(k, 0, 100)
     assert pvt.slot_info(k)["mapped_bytes"] == 2 * PAGE
-    pvt.reserve_slot(k, 1, 10)  # rows in chunk 1, already mapped
-    assert pvt.slot_info(k)["mapped_bytes"] == 2 * PAGE
-    pvt.release_slot(k, 0)  # chunk 0 goes, chunk 1 stays for slot 1
+    pvt.reserve_slot(k, 1, 10)  # its own first page
+    assert pvt.slot_info(k)["mapped_bytes"] == 3 * PAGE
+    pvt.release_slot(k, 0)  # both of slot 0's pages go
     assert pvt.slot_info(k)["mapped_bytes"] == PAGE
     assert list(pvt.slot_info(k)["mapped_tokens"]) == [0, 10, 0]
     pvt.release_slot(k, 1)
@@ -52,8 +54,9 @@ def test_neighbour_release_keeps_data():
 @given(st.lists(st.tuples(st.sampled_from(["reserve", "release"]), st.integers(0, 4), st.integers(0, 70)),
                 min_size=1, max_size=25))
 def test_mapped_chunks_are_the_union_of_slot_needs(ops):
-    rows, row_bytes = 70, 3 * 16 * 4  # 13440 bytes per slot: borders fall inside pages
+    rows, row_bytes = 70, 3 * 16 * 4  # 13440 bytes per slot, padded to a whole number of pages
     k = pvt.slot_cache(5, rows, 3, 16, chunk_bytes=PAGE)
+    span = pvt.sharing_info(k)["slot_rows"] * row_bytes
     lens = [0] * 5
     for op, slot, n in ops:
         if op == "reserve":
@@ -64,6 +67,6 @@ def test_mapped_chunks_are_the_union_of_slot_needs(ops):
             lens[slot] = 0
         info = pvt.slot_info(k)
         assert list(info["mapped_tokens"]) == lens
-        assert info["mapped_bytes"] == PAGE * len(needed_chunks(lens, rows * row_bytes, row_bytes, PAGE))
+        assert info["mapped_bytes"] == PAGE * len(needed_chunks(lens, span, row_bytes, PAGE))
     del k
     assert pvt.memory_stats("cpu")["mapped_bytes"] == 0

@@ -47,6 +47,11 @@ class Backend {
   virtual Status unmap_chunk(void* addr, size_t bytes) = 0;
   // Free the physical memory of `handle` (created with `bytes`), which is mapped nowhere any more.
   virtual Status release_chunk(PhysHandle handle, size_t bytes) = 0;
+  // Copy `bytes` from `src` to `dst` (both mapped, of this backend), in `stream` order on CUDA
+  // (cuMemcpyAsync: the caller records the stream before unmapping either side), at once on the
+  // host. The one data movement the core does: a slot's partial chunk when it shares a prefix, and a
+  // shared chunk made private before a write (SlotCache::share_prefix / make_private).
+  virtual Status copy(void* dst, const void* src, size_t bytes, void* stream) = 0;
   // Record on `stream` (a cudaStream_t / CUstream; nullptr: the legacy default stream) an event
   // that completes when the work queued on it so far has finished; *event == 0 creates one first.
   // The host leaves *event at 0 (nothing to wait for).

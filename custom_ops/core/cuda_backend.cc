@@ -151,6 +151,14 @@ class CudaBackend final : public Backend {
     return Status::Ok();
   }
 
+  Status copy(void* dst, const void* src, size_t bytes, void* stream) override {
+    PVT_CHECK_NOT_FORKED();
+    PVT_WITH_CONTEXT(ctx_);
+    PVT_CU_CHECK(cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes,
+                               static_cast<CUstream>(stream)));
+    return Status::Ok();
+  }
+
   Status record_event(void* stream, EventHandle* event) override {
     PVT_CHECK_NOT_FORKED();
     PVT_WITH_CONTEXT(ctx_);

@@ -1,6 +1,7 @@
 #include "region.h"
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "stats.h"
@@ -173,6 +174,90 @@ Status Region::alias_range_impl(const Region& src, size_t src_offset, size_t dst
     for (size_t c = first; c < first + done; ++c) (void)detach(mapped_.find(c));
   }
   return status;
+}
+
+Status Region::copy(size_t dst_offset, size_t src_offset, size_t bytes, void* stream) {
+  if (!is_mapped(dst_offset, bytes) || !is_mapped(src_offset, bytes)) {
+    return catch_bad_alloc("copy", [&] {
+      return Status(Code::kInvalidArgument, "copy: [" + std::to_string(src_offset) + ", +" + std::to_string(bytes) +
+                                                ") -> [" + std::to_string(dst_offset) + ", +" +
+                                                std::to_string(bytes) + ") is not wholly mapped");
+    });
+  }
+  return backend_->copy(base_ + dst_offset, base_ + src_offset, bytes, stream);
+}
+
+Status Region::make_private(size_t chunk, void* stream) {
+  return catch_bad_alloc("make_private", [&] { return make_private_impl(chunk, stream); });
+}
+
+Status Region::make_private_impl(size_t c, void* stream) {
+  auto it = mapped_.find(c);
+  if (it == mapped_.end()) {
+    return Status(Code::kInvalidArgument, "make_private: chunk " + std::to_string(c) + " is not mapped");
+  }
+  PhysChunk* shared = it->second;
+  if (shared->mappings.load() < 2) return Status::Ok();
+  char* addr = base_ + c * chunk_bytes_;
+  // The copy goes into the new chunk through a scratch mapping: its own place is taken by the
+  // shared chunk until the swap below, and the swap must not leave it without its bytes.
+  PhysChunk* fresh = nullptr;
+  PVT_RETURN_IF_ERROR(create_phys(&fresh));
+  void* scratch = nullptr;
+  Status st = backend_->reserve(chunk_bytes_, &scratch);
+  if (st.ok()) {
+    st = backend_->map_chunk(scratch, chunk_bytes_, fresh->handle);
+    if (st.ok()) {
+      st = backend_->copy(scratch, addr, chunk_bytes_, stream);
+      // The copy must be done before its destination mapping goes (a failed enqueue queued nothing).
+      if (st.ok()) st = wait_stream(stream);
+      const Status unmapped = backend_->unmap_chunk(scratch, chunk_bytes_);
+      if (st.ok()) st = unmapped;
+    }
+    (void)backend_->free_reservation(scratch, chunk_bytes_);
+  }
+  // Nobody may still read the shared mapping here when it goes.
+  if (st.ok()) st = wait_uses();
+  if (st.ok()) st = backend_->unmap_chunk(addr, chunk_bytes_);
+  if (!st.ok()) {
+    (void)release_phys(fresh);
+    return st;
+  }
+  st = backend_->map_chunk(addr, chunk_bytes_, fresh->handle);
+  if (!st.ok()) {
+    // Put the shared chunk back (its bytes never changed), so the region is as before.
+    const Status back = backend_->map_chunk(addr, chunk_bytes_, shared->handle);
+    (void)release_phys(fresh);
+    if (!back.ok()) {
+      // Cannot restore the mapping: forget it, as a failed unmap would leave it.
+      mapped_.erase(it);
+      if (c < prefix_) prefix_ = c;
+      shared->mappings.fetch_sub(1);
+      stats_detail::add_shared(device(), -static_cast<int64_t>(chunk_bytes_));
+    }
+    return st;
+  }
+  it->second = fresh;
+  fresh->mappings.store(1);
+  shared->mappings.fetch_sub(1);  // >= 1 left: the other places still map it
+  stats_detail::add_shared(device(), -static_cast<int64_t>(chunk_bytes_));
+  stats_detail::add_calls(device(), 1, 1);
+  return Status::Ok();
+}
+
+size_t Region::physical_bytes() const {
+  std::set<const PhysChunk*> seen;
+  for (const auto& m : mapped_) seen.insert(m.second);
+  return seen.size() * chunk_bytes_;
+}
+
+Status Region::wait_stream(void* stream) {
+  EventHandle event = 0;
+  PVT_RETURN_IF_ERROR(backend_->record_event(stream, &event));
+  if (event == 0) return Status::Ok();
+  const Status waited = backend_->wait_event(event);
+  backend_->destroy_event(event);
+  return waited;
 }
 
 const PhysChunk* Region::phys_chunk(size_t chunk) const {

@@ -80,6 +80,18 @@ class Region {
   // nothing: on failure the chunks this call mapped are unmapped and both regions are as before.
   // The caller serialises access to both regions for the duration of the call.
   Status alias_range(const Region& src, size_t src_offset, size_t dst_offset, size_t bytes);
+  // Copy `bytes` from src_offset to dst_offset of this region (both ranges mapped) in `stream` order
+  // (Backend::copy); the caller records the stream (record_use) before anything may unmap them.
+  Status copy(size_t dst_offset, size_t src_offset, size_t bytes, void* stream);
+  // Copy-on-write of one chunk: when chunk `chunk` is mapped here and elsewhere too, map a new
+  // physical chunk holding a copy of its bytes in its place (the copy is made through a scratch
+  // mapping on `stream`, waited for; the other mappings keep the old chunk). Waits for every stream
+  // that used the region before unmapping. A chunk mapped only here is left as it is. All or
+  // nothing: on failure the chunk stays mapped to the shared memory.
+  Status make_private(size_t chunk, void* stream);
+  // Physical bytes behind this region's mappings: each physical chunk once, however many of its
+  // chunks map it (mapped_bytes() minus the aliases within the region).
+  size_t physical_bytes() const;
   // The physical chunk mapped at `chunk`, or nullptr: lets callers (and tests) see who shares what.
   const PhysChunk* phys_chunk(size_t chunk) const;
   // Convenience for a growing tail: map [0, round_up(end)) / release everything from round_up(end).
@@ -101,6 +113,9 @@ class Region {
   Status unmap_range_impl(size_t offset, size_t bytes);
   Status alias_range_impl(const Region& src, size_t src_offset, size_t dst_offset, size_t bytes);
   Status wait_uses();
+  // Block until the work queued on `stream` so far has finished (nothing on the host).
+  Status wait_stream(void* stream);
+  Status make_private_impl(size_t chunk, void* stream);
   // A new physical chunk of chunk_bytes_, counted against the mapped limit, mapped nowhere yet.
   // These four return kOutOfMemory instead of throwing when host memory runs out, so callers can
   // undo what they did before.

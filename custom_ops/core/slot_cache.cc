@@ -6,6 +6,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <string>
 
 #include "cache_registry.h"
@@ -21,28 +22,56 @@ using Registry = CacheRegistry<SlotCache>;
 
 Status SlotCache::create(Device device, const SlotCacheShape& shape, size_t chunk_bytes,
                          std::shared_ptr<SlotCache>* out) {
+  Backend* backend = nullptr;
+  PVT_RETURN_IF_ERROR(get_backend(device, &backend));
+  return create_on(backend, shape, chunk_bytes, out);
+}
+
+namespace {
+
+// Rows per slot so that slot_rows * row_bytes is a multiple of chunk_bytes (every slot then starts
+// on a chunk): max_seq_len rounded up to a multiple of chunk_bytes / gcd(chunk_bytes, row_bytes).
+// False when that passes int64 (or int32: the kernels index rows as int32).
+bool aligned_rows(int64_t max_seq_len, int64_t row_bytes, int64_t chunk_bytes, int64_t* rows) {
+  const int64_t unit = chunk_bytes / std::gcd(chunk_bytes, row_bytes);
+  const int64_t units = max_seq_len / unit + (max_seq_len % unit != 0);
+  return checked_mul(units, unit, rows) && *rows <= std::numeric_limits<int32_t>::max();
+}
+
+}  // namespace
+
+Status SlotCache::create_on(Backend* backend, const SlotCacheShape& in, size_t chunk_bytes,
+                            std::shared_ptr<SlotCache>* out) {
+  const Device device = backend->device();
+  SlotCacheShape shape = in;
   if (shape.num_slots <= 0 || shape.max_seq_len <= 0 || shape.row_bytes <= 0) {
     return Status(Code::kInvalidArgument,
                   "slot cache shape must be positive, got num_slots=" + std::to_string(shape.num_slots) +
                       " max_seq_len=" + std::to_string(shape.max_seq_len) +
                       " row_bytes=" + std::to_string(shape.row_bytes));
   }
+  // The chunk size the region will use (Region::create_on rounds it the same way; 0: overflow).
+  const size_t gran = backend->granularity();
+  size_t cb = chunk_bytes ? chunk_bytes : kDefaultChunkBytes;
+  cb = cb > static_cast<size_t>(std::numeric_limits<int64_t>::max()) - gran ? 0 : (cb + gran - 1) / gran * gran;
   // mapped_tokens are int32 (what the kernels read). Every byte offset inside the cache is at most
   // its total size, so once that fits int64 (and size_t) no later product can wrap.
+  shape.slot_rows = shape.max_seq_len;
   int64_t total = 0;
-  if (shape.max_seq_len > std::numeric_limits<int32_t>::max() ||
-      !checked_product({shape.num_slots, shape.max_seq_len, shape.row_bytes}, &total) ||
+  if (shape.max_seq_len > std::numeric_limits<int32_t>::max() || cb == 0 ||
+      (shape.align_slots &&
+       !aligned_rows(shape.max_seq_len, shape.row_bytes, static_cast<int64_t>(cb), &shape.slot_rows)) ||
+      !checked_product({shape.num_slots, shape.slot_rows, shape.row_bytes}, &total) ||
       static_cast<uint64_t>(total) > SIZE_MAX) {
     return Status(Code::kInvalidArgument, "slot cache of " + std::to_string(shape.num_slots) + " x " +
                                               std::to_string(shape.max_seq_len) + " rows of " +
                                               std::to_string(shape.row_bytes) +
                                               " bytes is too large (its size in bytes does not fit in 64 bits"
-                                              " or max_seq_len passes 2^31 - 1)");
+                                              " or its rows per slot, chunk-aligned, pass 2^31 - 1)");
   }
   return catch_bad_alloc("creating a slot cache", [&]() -> Status {
     std::unique_ptr<Region> region;
-    PVT_RETURN_IF_ERROR(Region::create(device, static_cast<size_t>(total),
-                                       chunk_bytes ? chunk_bytes : kDefaultChunkBytes, &region));
+    PVT_RETURN_IF_ERROR(Region::create_on(backend, static_cast<size_t>(total), cb, &region));
     std::shared_ptr<SlotCache> cache(new SlotCache(shape, std::move(region)));
     stats_detail::add_views(device, 1);  // the cache tensor: one live VTensor (the destructor undoes it)
     Registry::add(cache);  // on bad_alloc `cache` dies here and frees the region
@@ -63,7 +92,12 @@ std::shared_ptr<SlotCache> SlotCache::find(const void* ptr) { return Registry::f
 
 size_t SlotCache::mapped_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return region_->mapped_bytes();
+  return region_->physical_bytes();
+}
+
+size_t SlotCache::shared_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return region_->mapped_bytes() - region_->physical_bytes();
 }
 
 int32_t SlotCache::mapped_tokens(int64_t slot) const {
@@ -160,6 +194,90 @@ Status SlotCache::release(int64_t slot, void* stream) {
     PVT_RETURN_IF_ERROR(region_->unmap_range(c * cb, cb));
   }
   return Status::Ok();
+}
+
+Status SlotCache::share_prefix(int64_t src, int64_t dst, int64_t tokens, void* stream) {
+  return catch_bad_alloc("share_prefix", [&]() -> Status {
+    PVT_RETURN_IF_ERROR(check_slot(src));
+    PVT_RETURN_IF_ERROR(check_slot(dst));
+    if (src == dst) {
+      return Status(Code::kInvalidArgument, "cannot share slot " + std::to_string(src) + " with itself");
+    }
+    if (!shape_.align_slots) {
+      return Status(Code::kInvalidArgument, "this cache's slots are not chunk-aligned (created without "
+                                            "align_slots): a chunk may hold rows of two slots, so none can be shared");
+    }
+    if (tokens < 1) {
+      return Status(Code::kInvalidArgument, "tokens must be at least 1, got " + std::to_string(tokens));
+    }
+    // Shared: sharing only adds mappings (to an empty slot no op reads), like reserve.
+    std::shared_lock<std::shared_mutex> use(use_mu_);
+    std::lock_guard<std::mutex> lock(mu_);
+    return share_prefix_locked(src, dst, tokens, stream);
+  });
+}
+
+Status SlotCache::share_prefix_locked(int64_t src, int64_t dst, int64_t tokens, void* stream) {
+  const int32_t have = mapped_[static_cast<size_t>(src)];
+  if (tokens > have) {
+    return Status(Code::kInvalidArgument, "slot " + std::to_string(src) + " has " + std::to_string(have) +
+                                         " tokens mapped (" + (have ? "" : "empty or released; ") +
+                                         "reserve or fill it first), cannot share " + std::to_string(tokens));
+  }
+  if (mapped_[static_cast<size_t>(dst)] != 0) {
+    return Status(Code::kInvalidArgument, "slot " + std::to_string(dst) + " holds " +
+                                              std::to_string(mapped_[static_cast<size_t>(dst)]) +
+                                              " mapped tokens: release it before sharing into it");
+  }
+  const size_t cb = region_->chunk_bytes();
+  const size_t src_off = static_cast<size_t>(src * shape_.slot_bytes());
+  const size_t dst_off = static_cast<size_t>(dst * shape_.slot_bytes());
+  const size_t bytes = static_cast<size_t>(tokens * shape_.row_bytes);
+  const size_t whole = bytes / cb * cb, tail = bytes - whole;
+  if (whole) PVT_RETURN_IF_ERROR(region_->alias_range(*region_, src_off, dst_off, whole));
+  if (tail) {
+    // The chunk holding row `tokens` stays src's own (src appends into it): dst gets a copy.
+    Status st = region_->map_range(dst_off + whole, cb);
+    if (st.ok()) st = region_->copy(dst_off + whole, src_off + whole, tail, stream);
+    if (st.ok()) st = region_->record_use(stream);
+    if (!st.ok()) {
+      (void)region_->unmap_range(dst_off, whole + cb);  // the aliases and the copy's chunk, if mapped
+      return st;
+    }
+  }
+  mapped_[static_cast<size_t>(dst)] = static_cast<int32_t>(tokens);
+  ++version_;
+  return Status::Ok();
+}
+
+Status SlotCache::make_private(int64_t slot, int64_t from, int64_t to, void* stream) {
+  return catch_bad_alloc("make_private", [&]() -> Status {
+    PVT_RETURN_IF_ERROR(check_slot(slot));
+    if (from < 0) {
+      return Status(Code::kInvalidArgument, "write_from must be >= 0, got " + std::to_string(from));
+    }
+    // Exclusive: the shared mappings replaced below must not be read by an op meanwhile.
+    std::unique_lock<std::shared_mutex> use(use_mu_);
+    std::lock_guard<std::mutex> lock(mu_);
+    to = std::min<int64_t>(to, mapped_[static_cast<size_t>(slot)]);
+    if (from >= to) return Status::Ok();
+    const size_t cb = region_->chunk_bytes();
+    const size_t off = static_cast<size_t>(slot * shape_.slot_bytes());
+    const size_t first = (off + static_cast<size_t>(from * shape_.row_bytes)) / cb;
+    const size_t end = (off + static_cast<size_t>(to * shape_.row_bytes) + cb - 1) / cb;
+    bool recorded = false;
+    for (size_t c = first; c < end; ++c) {
+      const PhysChunk* chunk = region_->phys_chunk(c);
+      if (chunk == nullptr || chunk->mappings.load() < 2) continue;
+      if (!recorded) {
+        // Work the caller queued on `stream` may still read the shared mapping.
+        PVT_RETURN_IF_ERROR(region_->record_use(stream));
+        recorded = true;
+      }
+      PVT_RETURN_IF_ERROR(region_->make_private(c, stream));
+    }
+    return Status::Ok();
+  });
 }
 
 Status SlotCache::record_use(void* stream) {

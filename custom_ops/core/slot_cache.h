@@ -1,11 +1,24 @@
-// SlotCache: one reserved range holding `num_slots` slots of `max_seq_len` token rows each,
-// batch-major (slot s, token t at byte (s * max_seq_len + t) * row_bytes): the flash-attn k_cache
-// layout, and the model-wide "token rows that hold every layer" layout (docs/SLOT_CACHE.md).
+// SlotCache: one reserved range holding `num_slots` slots of `slot_rows` token rows each,
+// batch-major (slot s, token t at byte (s * slot_rows + t) * row_bytes): the flash-attn k_cache
+// layout, and the model-wide "token rows that hold every layer" layout (docs/SLOT_CACHE.md). A slot
+// holds at most max_seq_len rows; slot_rows >= max_seq_len is its stride.
 //
 // Each slot is mapped on demand up to its own length, by the host, ahead of the step that needs it
-// (reserve); release gives a slot's memory back. Slots are not chunk-aligned: a chunk at the border
-// of two slots is mapped while either needs it and released when neither does, so mapped memory
-// follows the sum of the slots' lengths (plus at most one chunk per slot).
+// (reserve); release gives a slot's memory back.
+//   - Aligned slots (shape.align_slots, what the Paddle adapter always makes): slot_rows is
+//     max_seq_len rounded up so every slot starts on a chunk boundary (padding in virtual memory
+//     only: rows past max_seq_len are never mapped). No chunk holds rows of two slots, so a slot's
+//     whole chunks can be mapped into another slot (share_prefix: zero-copy prefix sharing).
+//   - Unaligned slots (slot_rows == max_seq_len): a chunk at the border of two slots is mapped
+//     while either needs it and released when neither does. Cannot share.
+// Either way mapped memory follows the sum of the slots' lengths (plus at most one chunk per slot).
+//
+// Sharing: after share_prefix(src, dst, n) dst's whole chunks below row n are src's physical
+// chunks (refcounted: releasing either slot leaves the other intact) and the chunk holding row n,
+// if n falls inside one, is dst's own copy. Appending to either slot writes past the shared chunks.
+// A write into rows that are shared (after a rollback below the shared prefix) must be announced
+// first: make_private(slot, from, to) replaces every shared chunk overlapping those rows by a
+// private copy, so the kernels never write shared memory.
 //
 // mapped_tokens(slot) is the number of leading rows of the slot the cache guarantees mapped: the
 // kernels check every read and write against it (kv_mapped in decode_attention.h), so a caller that
@@ -42,8 +55,10 @@ struct SlotCacheShape {
   int64_t num_slots = 0;
   int64_t max_seq_len = 0;
   int64_t row_bytes = 0;  // bytes of one token row of one slot ([H, D] or [L, 2, Hkv, D] elements)
-  // Only for a shape SlotCache::create accepted (it checks num_slots * max_seq_len * row_bytes fits).
-  int64_t slot_bytes() const { return max_seq_len * row_bytes; }
+  bool align_slots = false;  // every slot starts on a chunk boundary (create sets slot_rows)
+  int64_t slot_rows = 0;     // a slot's row stride; set by SlotCache::create (ignored on input)
+  // Only for a shape SlotCache::create accepted (it checks num_slots * slot_rows * row_bytes fits).
+  int64_t slot_bytes() const { return slot_rows * row_bytes; }
 };
 
 class SlotCache {
@@ -51,6 +66,10 @@ class SlotCache {
   // chunk_bytes 0: kDefaultChunkBytes (seq_cache.h); rounded up to the backend granularity.
   static Status create(Device device, const SlotCacheShape& shape, size_t chunk_bytes,
                        std::shared_ptr<SlotCache>* out);
+  // The same on a given backend (which must outlive the cache): how the native harness injects
+  // failures (Region::create_on).
+  static Status create_on(Backend* backend, const SlotCacheShape& shape, size_t chunk_bytes,
+                          std::shared_ptr<SlotCache>* out);
   ~SlotCache();
   SlotCache(const SlotCache&) = delete;
   SlotCache& operator=(const SlotCache&) = delete;
@@ -60,7 +79,10 @@ class SlotCache {
   char* data() const { return region_->base(); }
   size_t chunk_bytes() const { return region_->chunk_bytes(); }
   size_t reserved_bytes() const { return region_->reserved_bytes(); }
+  // Physical bytes mapped for this cache (a chunk shared by several slots counted once), and the
+  // bytes of the further mappings of shared chunks.
   size_t mapped_bytes() const;
+  size_t shared_bytes() const;
   int32_t mapped_tokens(int64_t slot) const;
   // A copy of every slot's mapped_tokens, and a counter that changes whenever any of them does
   // (the adapter keeps a device copy and refreshes it only when the version moved).
@@ -71,6 +93,19 @@ class SlotCache {
   // kOutOfRange for tokens > max_seq_len, kOutOfMemory when memory (or the limit) runs out.
   // Messages carry no caller prefix ("slot 9 is out of range [0, 4)"): the caller adds its name.
   Status reserve(int64_t slot, int64_t tokens, void* stream);
+  // Make `dst` hold rows [0, tokens) of `src` (the same cache): the whole chunks below row `tokens`
+  // are mapped to src's physical chunks (no bytes copied), the chunk holding row `tokens` (when it
+  // falls inside one) is mapped fresh and src's rows in it copied on `stream`. mapped_tokens(dst)
+  // becomes `tokens`. All or nothing. kInvalidArgument for bad slots, src == dst, a cache without
+  // aligned slots, tokens < 1, tokens past mapped_tokens(src) (an empty or released src has none),
+  // a dst that holds rows (release it first); kOutOfMemory when the copied chunk cannot be mapped.
+  Status share_prefix(int64_t src, int64_t dst, int64_t tokens, void* stream);
+  // Rows [from, to) of `slot` are about to be written (to clamped to mapped_tokens): every chunk of
+  // theirs that another slot maps too is replaced by a private copy first (Region::make_private;
+  // waits for the cache's streams, like release). Chunks mapped only here are untouched. On failure
+  // the chunks already made private stay so (their bytes are the same); the rest stay shared.
+  // kInvalidArgument for a bad slot or from < 0.
+  Status make_private(int64_t slot, int64_t from, int64_t to, void* stream);
   // Unmap the slot's chunks that no other slot needs; mapped_tokens(slot) becomes 0. Waits for every
   // SlotCacheHold, then for `stream` and every stream recorded with record_use (work queued on them
   // may still read the slot). kInvalidArgument for a slot outside [0, num_slots).
@@ -92,6 +127,7 @@ class SlotCache {
   friend class SlotCacheHold;
   SlotCache(SlotCacheShape shape, std::unique_ptr<Region> region);
   Status check_slot(int64_t slot) const;
+  Status share_prefix_locked(int64_t src, int64_t dst, int64_t tokens, void* stream);
   // True when a slot other than `slot` has mapped rows inside chunk `c`.
   bool chunk_needed_by_other(size_t c, int64_t slot) const;
 

@@ -54,12 +54,15 @@ struct CacheView {
   int64_t num_slots = 0, max_seq_len = 0, heads = 0, head_dim = 0;
 };
 
-CacheView cache_view(const paddle::Tensor& t, int64_t layer, int kv, int64_t elem_bytes, const char* what) {
+// The strides come from the tensor's dims (dims[1] is the slot's padded row stride); the rows a slot
+// may hold, from the cache (its max_seq_len).
+CacheView cache_view(const paddle::Tensor& t, const pvt::SlotCache& cache, int64_t layer, int kv, int64_t elem_bytes,
+                     const char* what) {
   const auto& d = t.dims();
   CacheView v;
   v.base = static_cast<char*>(const_cast<void*>(t.data()));
   v.num_slots = d[0];
-  v.max_seq_len = d[1];
+  v.max_seq_len = cache.shape().max_seq_len;
   if (d.size() == 4) {
     PD_CHECK(layer == -1, kOp, ": layer must be -1 for a one-layer cache [slots, max_seq_len, kv_heads, head_dim], got ",
              layer);
@@ -228,8 +231,8 @@ std::vector<paddle::Tensor> VTensorSlotAttention(
            "got ", max_seqlen_q, " and ", max_seqlen_k);
   pr.scale = scale;
   pr.elem_bytes = static_cast<int64_t>(phi::SizeOf(q.dtype()));
-  const CacheView kv = cache_view(k_cache, layer, 0, pr.elem_bytes, "k_cache");
-  const CacheView vv = cache_view(v_cache, layer, 1, pr.elem_bytes, "v_cache");
+  const CacheView kv = cache_view(k_cache, *kc, layer, 0, pr.elem_bytes, "k_cache");
+  const CacheView vv = cache_view(v_cache, *vc, layer, 1, pr.elem_bytes, "v_cache");
   pr.total = q.dims()[0];
   pr.q_heads = q.dims()[1];
   pr.head_dim = q.dims()[2];

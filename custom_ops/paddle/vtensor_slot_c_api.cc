@@ -8,45 +8,14 @@
 // no caller prefix, Python adds "reserve_slot: " once. Slot ids and token counts arrive as int64 and
 // are range-checked by the core (slot in [0, num_slots): InvalidArgument; tokens < 0: InvalidArgument;
 // tokens > max_seq_len: OutOfRange); a Python int past int64 must be refused before ctypes wraps it.
-#include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <string>
+#include <vector>
 
-#include "../core/apis.h"
+#include "slot_c_api_support.h"
 
-namespace {
-
-// Copies "<Code>: <message>" into err (NUL-terminated, truncated) and returns the code (0: ok).
-int report(const pvt::Status& st, char* err, int64_t err_len) {
-  if (!st.ok() && err != nullptr && err_len > 0) {
-    const std::string text = st.to_string();
-    const size_t n = std::min(text.size(), static_cast<size_t>(err_len - 1));
-    std::memcpy(err, text.data(), n);
-    err[n] = '\0';
-  }
-  return static_cast<int>(st.code());
-}
-
-// The cache whose base is `ptr`, or null (a pointer inside a cache is not its base).
-std::shared_ptr<pvt::SlotCache> find_base(const void* ptr) {
-  auto cache = pvt::SlotCache::find(ptr);
-  return cache && cache->data() == ptr ? cache : nullptr;
-}
-
-std::shared_ptr<pvt::SlotCache> find(const void* ptr, char* err, int64_t err_len, int* code) {
-  auto cache = find_base(ptr);
-  if (!cache) {
-    const bool inside = pvt::SlotCache::find(ptr) != nullptr;
-    *code = report(pvt::Status(pvt::Code::kInvalidArgument,
-                               inside ? "the tensor is a view inside a slot cache, not the cache itself"
-                                      : "the tensor is not a slot cache"),
-                   err, err_len);
-  }
-  return cache;
-}
-
-}  // namespace
+using pvt::c_api::find;
+using pvt::c_api::find_base;
+using pvt::c_api::report;
 
 extern "C" {
 

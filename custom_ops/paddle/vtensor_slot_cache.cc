@@ -4,7 +4,10 @@
 //               (flash-attn's k_cache), [slots, S, L, 2, Hkv, D] for a whole model (token rows
 //               holding every layer, docs/SLOT_CACHE.md)
 //   attr chunk_bytes  mapping granularity (0: 2 MiB), rounded up to the device's
-//   Out   that shape, contiguous, over the cache's whole reservation. Rows are readable only once
+//   Out   that shape but dimension 1 = the slot's row stride: max_seq_len rounded up so that every
+//         slot starts on a chunk boundary (slots can share chunks: paddle_vtensor.share_prefix;
+//         padding in virtual memory only, rows past max_seq_len are never mapped; slot_info gives
+//         both), contiguous, over the cache's whole reservation. Rows are readable only once
 //         reserved (paddle_vtensor.reserve_slot); the slot ops check this, plain Paddle ops do not.
 #include "../op_names.h"
 #include "vtensor_slot_common.h"
@@ -22,19 +25,24 @@ std::vector<paddle::Tensor> VTensorSlotCache(const paddle::Tensor& like, const s
              pvt::dims_str(phi::make_ddim(std::vector<int64_t>(shape.begin() + 2, shape.end()))),
              " is too large (its size in bytes does not fit in 64 bits)");
   }
-  pvt::SlotCacheShape s{shape[0], shape[1], row};
+  pvt::SlotCacheShape s{shape[0], shape[1], row, /*align_slots=*/true};
   std::shared_ptr<pvt::SlotCache> cache;
   pvt::throw_if_error(pvt::SlotCache::create(pvt::to_device(like.place()), s,
                                              chunk_bytes > 0 ? static_cast<size_t>(chunk_bytes) : 0, &cache),
                       op);
-  phi::DenseTensorMeta meta(like.dtype(), phi::make_ddim(shape));
+  std::vector<int64_t> dims = shape;
+  dims[1] = cache->shape().slot_rows;
+  phi::DenseTensorMeta meta(like.dtype(), phi::make_ddim(dims));
   auto holder = std::make_shared<pvt::SlotAllocation>(cache, like.place(), meta.dims, like.dtype());
   return {paddle::Tensor(std::make_shared<phi::DenseTensor>(holder, meta))};
 }
 
+// The padded row stride depends on the device's granularity, known only when the cache exists.
 std::vector<std::vector<int64_t>> VTensorSlotCacheInferShape(const std::vector<int64_t>&,
                                                              const std::vector<int64_t>& shape, int64_t) {
-  return {shape};
+  std::vector<int64_t> dims = shape;
+  if (dims.size() >= 2) dims[1] = -1;
+  return {dims};
 }
 
 std::vector<paddle::DataType> VTensorSlotCacheInferDtype(const paddle::DataType& dtype) { return {dtype}; }

@@ -13,9 +13,12 @@ from . import _loader
 _I64 = ctypes.c_int64
 _ERR_LEN = 512
 STAT_KEYS = ("reserved_bytes", "mapped_bytes", "peak_mapped_bytes", "live_regions", "live_vtensors",
-             "map_calls", "unmap_calls", "mapped_limit", "bytes_written")  # c_api.cc pvt_memory_stats
+             "map_calls", "unmap_calls", "mapped_limit", "bytes_written",
+             "shared_bytes")  # c_api.cc pvt_memory_stats
 CACHE_INFO_KEYS = ("batch", "heads", "head_dim", "elem_bytes", "capacity_tokens", "longest_view")
 SLOT_INFO_KEYS = ("num_slots", "max_seq_len", "row_bytes", "chunk_bytes", "reserved_bytes", "mapped_bytes")
+# vtensor_slot_share_c_api.cc pvt_slot_share_info
+SLOT_SHARE_KEYS = ("max_seq_len", "slot_rows", "align_slots", "mapped_bytes", "shared_bytes")
 
 # name: (restype, argtypes)
 _SIGNATURES = {
@@ -27,6 +30,10 @@ _SIGNATURES = {
     "pvt_slot_reserve": (ctypes.c_int, [ctypes.c_void_p, _I64, _I64, ctypes.c_void_p, ctypes.c_char_p, _I64]),
     "pvt_slot_release": (ctypes.c_int, [ctypes.c_void_p, _I64, ctypes.c_void_p, ctypes.c_char_p, _I64]),
     "pvt_slot_info": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_I64)]),
+    "pvt_slot_share_prefix": (ctypes.c_int, [ctypes.c_void_p, _I64, _I64, _I64, ctypes.c_void_p, ctypes.c_char_p, _I64]),
+    "pvt_slot_reserve_for_write": (ctypes.c_int, [ctypes.c_void_p, _I64, _I64, _I64, ctypes.c_void_p, ctypes.c_char_p,
+                                                  _I64]),
+    "pvt_slot_share_info": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_I64)]),
     "pvt_slot_mapped_tokens": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), _I64]),
     "pvt_speculative_accept_launches": (_I64, [ctypes.c_int]),
     "pvt_last_pass_report": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
@@ -100,6 +107,25 @@ def slot_info(ptr: int) -> dict | None:
     """The slot cache whose reservation holds ``ptr`` (SLOT_INFO_KEYS), or None."""
     out = (_I64 * len(SLOT_INFO_KEYS))()
     return dict(zip(SLOT_INFO_KEYS, _ints(out))) if _lib().pvt_slot_info(ctypes.c_void_p(ptr), out) else None
+
+
+def slot_share_prefix(ptr: int, src: int, dst: int, tokens: int, stream: int | None) -> tuple[int, str]:
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = _lib().pvt_slot_share_prefix(ctypes.c_void_p(ptr), src, dst, tokens, ctypes.c_void_p(stream), err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def slot_reserve_for_write(ptr: int, slot: int, tokens: int, write_from: int, stream: int | None) -> tuple[int, str]:
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = _lib().pvt_slot_reserve_for_write(ctypes.c_void_p(ptr), slot, tokens, write_from, ctypes.c_void_p(stream),
+                                             err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def slot_share_info(ptr: int) -> dict | None:
+    """Sharing bookkeeping of the slot cache whose base is ``ptr`` (SLOT_SHARE_KEYS), or None."""
+    out = (_I64 * len(SLOT_SHARE_KEYS))()
+    return dict(zip(SLOT_SHARE_KEYS, _ints(out))) if _lib().pvt_slot_share_info(ctypes.c_void_p(ptr), out) else None
 
 
 def slot_mapped_tokens(ptr: int, num_slots: int) -> list[int]:

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -23,6 +24,18 @@ using pvt::MemoryStats;
 using pvt::Region;
 using pvt::Status;
 using pvt_test::Report;
+
+// Mem for host memory (test_phys_chunks.cc, test_slot_share.cc).
+struct HostMem {
+  static bool write(void* dst, const std::vector<uint8_t>& bytes) {
+    std::memcpy(dst, bytes.data(), bytes.size());
+    return true;
+  }
+  static bool read(const void* src, size_t n, std::vector<uint8_t>* out) {
+    out->assign(static_cast<const uint8_t*>(src), static_cast<const uint8_t*>(src) + n);
+    return true;
+  }
+};
 
 // `n` bytes of a pattern that differs with `seed` and along the range (no two chunks alike).
 inline std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
@@ -80,7 +93,7 @@ struct Snapshot {
 };
 
 // A backend that forwards to `real` and fails on purpose: the map_chunk (create_chunk) that takes
-// fail_map_after (fail_create_after) from 0 to -1 returns kDriver, as a driver failure would.
+// fail_map_after (fail_create_after, fail_copy_after) from 0 to -1 returns kDriver, as a driver failure would.
 class FailingBackend final : public Backend {
  public:
   explicit FailingBackend(Backend* real) : real_(real) {}
@@ -105,11 +118,15 @@ class FailingBackend final : public Backend {
     ++releases;
     return real_->release_chunk(h, bytes);
   }
+  Status copy(void* dst, const void* src, size_t bytes, void* stream) override {
+    if (fail_copy_after >= 0 && fail_copy_after-- == 0) return Status(Code::kDriver, "injected copy failure");
+    return real_->copy(dst, src, bytes, stream);
+  }
   Status record_event(void* stream, pvt::EventHandle* e) override { return real_->record_event(stream, e); }
   Status wait_event(pvt::EventHandle e) override { return real_->wait_event(e); }
   void destroy_event(pvt::EventHandle e) override { real_->destroy_event(e); }
 
-  long fail_map_after = -1, fail_create_after = -1;
+  long fail_map_after = -1, fail_create_after = -1, fail_copy_after = -1;
   long maps = 0, unmaps = 0, releases = 0;
 
  private:

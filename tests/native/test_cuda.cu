@@ -411,6 +411,9 @@ class UnmapObserver final : public Backend {
     return real_->unmap_chunk(addr, bytes);
   }
   Status release_chunk(PhysHandle h, size_t bytes) override { return real_->release_chunk(h, bytes); }
+  Status copy(void* dst, const void* src, size_t bytes, void* stream) override {
+    return real_->copy(dst, src, bytes, stream);
+  }
   Status record_event(void* stream, EventHandle* e) override { return real_->record_event(stream, e); }
   Status wait_event(EventHandle e) override { return real_->wait_event(e); }
   void destroy_event(EventHandle e) override { real_->destroy_event(e); }

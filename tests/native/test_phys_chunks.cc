@@ -23,16 +23,7 @@ namespace {
 const Device kHost = Device::host();
 constexpr size_t kChunk = 64 << 10;
 
-struct HostMem {
-  static bool write(void* dst, const std::vector<uint8_t>& bytes) {
-    std::memcpy(dst, bytes.data(), bytes.size());
-    return true;
-  }
-  static bool read(const void* src, size_t n, std::vector<uint8_t>* out) {
-    out->assign(static_cast<const uint8_t*>(src), static_cast<const uint8_t*>(src) + n);
-    return true;
-  }
-};
+using phys_test::HostMem;
 
 // The permissions ("rw-s", "---p", ...) of the mapping holding `addr`, from /proc/self/maps.
 std::string perms_at(const void* addr) {

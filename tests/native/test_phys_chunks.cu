@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_mem.h"
 #include "phys_chunks_checks.h"
 
 using namespace pvt;
@@ -18,16 +19,6 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-struct GpuMem {
-  static bool write(void* dst, const std::vector<uint8_t>& bytes) {
-    return cudaMemcpy(dst, bytes.data(), bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess &&
-           cudaDeviceSynchronize() == cudaSuccess;
-  }
-  static bool read(const void* src, size_t n, std::vector<uint8_t>* out) {
-    out->resize(n);
-    return cudaMemcpy(out->data(), src, n, cudaMemcpyDeviceToHost) == cudaSuccess;
-  }
-};
 
 __global__ void spin(long long cycles) {
   const long long t0 = clock64();
