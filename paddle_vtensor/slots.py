@@ -82,15 +82,16 @@ def slot_cache(num_slots: int, max_seq_len: int, num_heads: int, head_dim: int, 
 
 def _summary(kind: str, storage: paddle.Tensor, extra: str = "") -> str:
     """What a slot cache object prints: its sizes and what is mapped, never the storage tensor."""
+    shape = storage.shape
     try:
         info = slot_info(storage)
+        max_seq_len = info["max_seq_len"]  # dimension 1 is that padded to whole chunks
         mapped = f"tokens mapped {int(info['mapped_tokens'].sum())}, mapped_bytes {info['mapped_bytes']}"
     except Exception as e:  # a repr must not raise: say why instead
-        mapped = f"not a live slot cache ({type(e).__name__})"
-    shape = storage.shape
+        max_seq_len, mapped = shape[1], f"not a live slot cache ({type(e).__name__})"
     heads = f"num_kv_heads {shape[-2]}, head_dim {shape[-1]}"
     layers = f"num_layers {shape[2]}, " if len(shape) == 6 else ""
-    return (f"{kind}({extra}num_slots {shape[0]}, max_seq_len {shape[1]}, {layers}{heads}, "
+    return (f"{kind}({extra}num_slots {shape[0]}, max_seq_len {max_seq_len}, {layers}{heads}, "
             f"dtype {str(storage.dtype).replace('paddle.', '')}, place {storage.place}, {mapped})")
 
 
@@ -190,13 +191,14 @@ def _storage(cache, fn: str, by_pointer: bool = True) -> paddle.Tensor:
         return tensor  # this very tensor passed before, its shape unchanged (reshape_ changes it in place)
     info = _ops.c.slot_info(tensor.data_ptr())
     if info is None:
-        raise SlotError(f"{fn}: the tensor is not a slot cache (make one with paddle_vtensor.slot_cache or "
-                        "slot_kv_cache)")
-    if (len(shape) < 3 or shape[:2] != [info["num_slots"], info["max_seq_len"]] or not tensor.is_contiguous()
+        raise SlotError(f"{fn}: the tensor is not a slot cache (or is a view inside a slot cache, not the cache "
+                        "itself): pass the tensor paddle_vtensor.slot_cache or slot_kv_cache returned")
+    rows = _ops.c.slot_share_info(tensor.data_ptr())["slot_rows"]  # dimension 1: max_seq_len padded to a chunk
+    if (len(shape) < 3 or shape[:2] != [info["num_slots"], rows] or not tensor.is_contiguous()
             or math.prod(shape[2:]) * tensor.element_size() != info["row_bytes"]):
         raise SlotError(f"{fn}: the tensor (shape {list(shape)}) is a view of a slot cache of {info['num_slots']} slots x "
-                        f"{info['max_seq_len']} tokens x {info['row_bytes']} bytes, not a slot cache itself: pass "
-                        "the tensor slot_cache returned, unchanged")
+                        f"{rows} rows x {info['row_bytes']} bytes, not a slot cache itself: pass the tensor "
+                        "slot_cache returned, unchanged")
     key = id(tensor)
     _checked[key] = (weakref.ref(tensor, lambda _, key=key: _checked.pop(key, None)), shape)
     return tensor

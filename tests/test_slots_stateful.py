@@ -157,8 +157,9 @@ class SlotMachine(RuleBasedStateMachine):
 
     @rule(view=st.sampled_from(["reshape", "slice", "flat"]))
     def reserve_on_a_view(self, view):
-        make = {"reshape": lambda c: c.reshape([SLOTS * 2, S // 2, HKV, D]), "slice": lambda c: c[1:],
-                "flat": lambda c: c.reshape([SLOTS, S * HKV * D])}[view]
+        rows = self.k.shape[1]  # S padded to whole chunks (equal here: a slot is two chunks)
+        make = {"reshape": lambda c: c.reshape([SLOTS * 2, rows // 2, HKV, D]), "slice": lambda c: c[1:],
+                "flat": lambda c: c.reshape([SLOTS, rows * HKV * D])}[view]
         self.refused(lambda: pvt.reserve_slot(make(self.k), 0, 1), pvt.SlotError)
 
     @rule(data=st.data(), kind=st.sampled_from(["unreserved", "slot_range", "slot_wraps", "duplicate", "float_ids",
@@ -195,7 +196,8 @@ class SlotMachine(RuleBasedStateMachine):
         elif kind == "scale":
             args["softmax_scale"] = 1e39
         elif kind == "view":
-            k, v = self.k.reshape([SLOTS * 2, S // 2, HKV, D]), self.v.reshape([SLOTS * 2, S // 2, HKV, D])
+            rows = self.k.shape[1]
+            k, v = self.k.reshape([SLOTS * 2, rows // 2, HKV, D]), self.v.reshape([SLOTS * 2, rows // 2, HKV, D])
         elif kind == "grad":
             q.stop_gradient, cls = False, ValueError
         elif kind == "no_new_too_few":  # more queries than the slot holds tokens
