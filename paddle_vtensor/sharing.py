@@ -15,23 +15,15 @@ private copies first; the kernels never write shared memory and never wait.
 """
 from __future__ import annotations
 
-import operator
-
-from . import _ops, errors
+from . import _ops, api, errors
 from .errors import SlotError
 from .slots import LayerKV, SlotKVCache, _stream
 
-_INT64 = (-(2**63), 2**63 - 1)
-
 
 def _int(value, name: str, where: str) -> int:
-    """An int (or numpy integer) in int64; bools and floats are refused (TypeError), not rounded."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{where}: {name} must be an int, got {type(value).__name__} {value!r}")
-    value = operator.index(value)
-    if not _INT64[0] <= value <= _INT64[1]:
-        raise ValueError(f"{where}: {name} = {value} does not fit in int64")
-    return value
+    """An int (or numpy integer) in int64; bools and floats are refused (TypeError), not rounded:
+    the package's one integer check (api._int), out of range a SlotError."""
+    return api._int(where, name, value, out_of_range=SlotError)
 
 
 def _caches(cache, where: str) -> list:

@@ -176,7 +176,7 @@ BAD = [
     (lambda c: pvt.share_prefix((c.k, c.v), 0, 1, 5), SlotError, "release it before"),  # dst busy (v only)
     (lambda c: pvt.share_prefix((c.k, c.v), 0, 2, True), TypeError, "tokens must be an int"),
     (lambda c: pvt.share_prefix((c.k, c.v), 0, 2.0, 5), TypeError, "dst_slot must be an int"),
-    (lambda c: pvt.share_prefix((c.k, c.v), 0, 2, 2**70), ValueError, "does not fit in int64"),
+    (lambda c: pvt.share_prefix((c.k, c.v), 0, 2, 2**70), pvt.SlotError, "does not fit in 64 bits"),
     (lambda c: pvt.share_prefix(c.k, 0, 2, "5"), TypeError, "must be an int"),
     (lambda c: pvt.share_prefix((c.k, c.k), 0, 2, 5), ValueError, "one cache twice"),
     (lambda c: pvt.share_prefix((c.k, c.other), 0, 2, 5), ValueError, "k has 4 slots but v has 5"),
