@@ -4,6 +4,7 @@
 #include <set>
 #include <string>
 
+#include "chunk_pool.h"
 #include "stats.h"
 
 namespace pvt {
@@ -267,20 +268,37 @@ const PhysChunk* Region::phys_chunk(size_t chunk) const {
 
 Status Region::create_phys(PhysChunk** out) {
   const int64_t cb = static_cast<int64_t>(chunk_bytes_);
-  if (!stats_detail::try_add_mapped(device(), cb)) {
+  PhysHandle handle = 0;
+  // A pooled chunk first: no create on the map path.
+  const bool pooled = pool_take(backend_, chunk_bytes_, &handle);
+  // Pooled chunks count against the limit too: when a new chunk would pass it, give the pool back.
+  bool counted = stats_detail::try_add_mapped(device(), cb);
+  if (!counted && !pooled && memory_stats(device()).pooled_bytes > 0) {
+    (void)pool_trim(device());
+    counted = stats_detail::try_add_mapped(device(), cb);
+  }
+  if (!counted) {
+    if (pooled && !pool_put(backend_, chunk_bytes_, handle)) (void)backend_->release_chunk(handle, chunk_bytes_);
     const MemoryStats s = memory_stats(device());
     return catch_bad_alloc("mapping a chunk", [&] {
       return Status(Code::kOutOfMemory, "mapping " + std::to_string(chunk_bytes_) + " more bytes on " +
                                             device().to_string() + " would pass the mapped-memory limit of " +
                                             std::to_string(s.mapped_limit) + " bytes (" +
-                                            std::to_string(s.mapped_bytes) + " mapped)");
+                                            std::to_string(s.mapped_bytes) + " mapped, " +
+                                            std::to_string(s.pooled_bytes) + " pooled)");
     });
   }
-  PhysHandle handle = 0;
-  const Status created = backend_->create_chunk(chunk_bytes_, &handle);
-  if (!created.ok()) {
-    stats_detail::add_mapped(device(), -cb);
-    return created;
+  if (!pooled) {
+    Status created = backend_->create_chunk(chunk_bytes_, &handle);
+    if (created.code() == Code::kOutOfMemory && memory_stats(device()).pooled_bytes > 0) {
+      // The device is full (cuMemCreate): what the pool holds may be what is missing. Once.
+      (void)pool_trim(device());
+      created = backend_->create_chunk(chunk_bytes_, &handle);
+    }
+    if (!created.ok()) {
+      stats_detail::add_mapped(device(), -cb);
+      return created;
+    }
   }
   try {
     *out = new PhysChunk(handle);
@@ -293,8 +311,11 @@ Status Region::create_phys(PhysChunk** out) {
 }
 
 Status Region::release_phys(PhysChunk* chunk) {
+  // Into the pool when it has room (the bytes stay as they are, chunk_pool.h), else to the backend.
   // On failure the chunk stays counted (and leaks): its memory is still held.
-  PVT_RETURN_IF_ERROR(backend_->release_chunk(chunk->handle, chunk_bytes_));
+  if (!pool_put(backend_, chunk_bytes_, chunk->handle)) {
+    PVT_RETURN_IF_ERROR(backend_->release_chunk(chunk->handle, chunk_bytes_));
+  }
   delete chunk;
   stats_detail::add_mapped(device(), -static_cast<int64_t>(chunk_bytes_));
   return Status::Ok();

@@ -6,6 +6,7 @@
 // map of mapped chunk -> its physical chunk, so a reservation of any size the address space allows
 // (terabytes, one-page chunks) costs a few hundred bytes until it is used.
 //
+// Physical chunks come from and go back to the chunk pool (chunk_pool.h) when it has room.
 // Physical chunks are shared: alias_range maps the chunks behind a range of one region into another
 // range (of it or of another region on the same backend), so both ranges read and write the same
 // bytes and nothing is copied. A PhysChunk counts the places it is mapped at and is released when
