@@ -127,6 +127,7 @@ class FailingBackend final : public Backend {
   }
   Status record_event(void* stream, pvt::EventHandle* e) override { return real_->record_event(stream, e); }
   Status wait_event(pvt::EventHandle e) override { return real_->wait_event(e); }
+  Status event_done(pvt::EventHandle e, bool* done) override { return real_->event_done(e, done); }
   void destroy_event(pvt::EventHandle e) override { real_->destroy_event(e); }
 
   long fail_map_after = -1, fail_create_after = -1, fail_copy_after = -1, oom_create_after = -1;

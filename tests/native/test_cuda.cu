@@ -416,6 +416,7 @@ class UnmapObserver final : public Backend {
   }
   Status record_event(void* stream, EventHandle* e) override { return real_->record_event(stream, e); }
   Status wait_event(EventHandle e) override { return real_->wait_event(e); }
+  Status event_done(EventHandle e, bool* done) override { return real_->event_done(e, done); }
   void destroy_event(EventHandle e) override { real_->destroy_event(e); }
 
   cudaEvent_t watch = nullptr;
@@ -454,6 +455,8 @@ void test_unmap_never_overtakes_a_reader(Report& r, cudaStream_t a) {
   r.ok(region->record_use(a), "unmap_order.writer_records_use_again");
   r.eq(region->streams_in_use(), 2, "unmap_order.two_streams_remembered");
   r.ok(region->unmap_range(0, bytes), "unmap_order.release");
+  // The release deferred its unmaps (issue 30 point 3); collect(true) blocks until they are done.
+  r.ok(region->collect(true), "unmap_order.collect");
   r.check(obs.unmaps > 0, "unmap_order.unmapped", "the release issued no unmap");
   r.eq(obs.unmaps_while_reading, 0, "unmap_order.no_unmap_while_the_reader_may_run");
   if (cuda_ok(r, cudaStreamSynchronize(b), "unmap_order.reader_finished")) {
