@@ -55,6 +55,21 @@ def trim_pool(device="cpu") -> None:
         raise errors.from_status("trim_pool", text)
 
 
+def collect(device="cpu", wait: bool = False) -> int:
+    """Unmap the chunks of released slots whose streams have finished, without blocking (``wait``:
+    block until every such stream is done, then unmap all). Returns the chunks still pending.
+
+    ``release_slot`` never blocks the host (issue 30 point 3): while kernels queued before it may
+    still read the slot, its chunks leave the slot at once (the slot reads as released) but are
+    unmapped only once those kernels finished: at a later reserve, release or share on the same
+    cache, at ``collect()``, or when the cache goes. Until then their memory counts in
+    ``mapped_bytes``. The host runs nothing asynchronously: nothing is ever pending there."""
+    code, text, pending = _ops.c.collect(*_device(device), wait)
+    if code:
+        raise errors.from_status("collect", text)
+    return pending
+
+
 def fill_pool(nbytes: int, device="cpu", chunk_bytes: int = 0) -> int:
     """Create chunks of ``chunk_bytes`` (0: the caches' default, 2 MiB; rounded up to the device's
     granularity as a cache rounds it) until the pool holds ``nbytes`` of them, or until the pool's

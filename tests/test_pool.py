@@ -95,6 +95,17 @@ def test_mapped_limit_counts_pooled_bytes_and_trims_the_pool():
         pvt.release_slot(k, slot)
 
 
+def test_collect_on_the_host_finds_nothing_pending():
+    # The host has no asynchronous work: a release unmaps at once (deferral: tests/native/
+    # test_deferred_release.cc with a backend whose events finish when the test says).
+    k = pvt.slot_cache(2, S, HKV, D, chunk_bytes=PAGE)
+    pvt.reserve_slot(k, 0, S)
+    pvt.release_slot(k, 0)
+    assert stats()["mapped_bytes"] == 0
+    assert pvt.collect() == 0
+    assert pvt.collect(wait=True) == 0
+
+
 @pytest.mark.parametrize("call, exc", [
     (lambda: pvt.set_pool_limit(-1), ValueError),
     (lambda: pvt.set_pool_limit(1.5), TypeError),
@@ -102,6 +113,7 @@ def test_mapped_limit_counts_pooled_bytes_and_trims_the_pool():
     (lambda: pvt.fill_pool(PAGE, chunk_bytes=-PAGE), ValueError),
     (lambda: pvt.fill_pool(-1), ValueError),
     (lambda: pvt.trim_pool("tpu"), ValueError),
+    (lambda: pvt.collect("tpu"), ValueError),
 ])
 def test_bad_inputs_raise_typed_errors(call, exc):
     with pytest.raises(exc):

@@ -201,6 +201,20 @@ Status SlotCache::collect(bool wait) {
   return catch_bad_alloc("collect", [&] { return region_->collect(wait); });
 }
 
+Status SlotCache::collect_all(Device device, bool wait, size_t* pending) {
+  *pending = 0;
+  return catch_bad_alloc("collect", [&] {
+    Status first;
+    for (const auto& cache : Registry::all()) {
+      if (!(cache->device() == device)) continue;
+      const Status st = cache->collect(wait);
+      if (first.ok()) first = st;
+      *pending += cache->pending_chunks();
+    }
+    return first;
+  });
+}
+
 size_t SlotCache::pending_chunks() const {
   std::lock_guard<std::mutex> lock(mu_);
   return region_->pending_chunks();

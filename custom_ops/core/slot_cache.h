@@ -116,6 +116,8 @@ class SlotCache {
   Status release(int64_t slot, void* stream);
   // Unmaps the released chunks whose streams have finished, without waiting (wait: all, blocking).
   Status collect(bool wait);
+  // collect() on every live slot cache of `device`; *pending: chunks still pending after it.
+  static Status collect_all(Device device, bool wait, size_t* pending);
   size_t pending_chunks() const;
 
   // Work queued on `stream` may read or write this cache: a later release waits for it

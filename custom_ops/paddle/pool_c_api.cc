@@ -1,5 +1,5 @@
 // C entry points of the chunk pool (issue 30 point 1, core/chunk_pool.h): its bound per device,
-// trimming it, filling it ahead. Python: paddle_vtensor/pool.py. Devices as c_api.cc takes them
+// trimming it, filling it ahead; and collecting the deferred unmaps of released slots (point 3). Python: paddle_vtensor/pool.py. Devices as c_api.cc takes them
 // (kind 0: the host, 1: GPU `index`); errors reported as the slot entry points report them.
 #include <cstdint>
 #include <string>
@@ -57,6 +57,19 @@ int pvt_fill_pool(int kind, int index, int64_t chunk_bytes, int64_t bytes, int64
   size_t cb = chunk_bytes ? static_cast<size_t>(chunk_bytes) : pvt::kDefaultChunkBytes;
   cb = (cb + gran - 1) / gran * gran;
   return report(pvt::pool_fill(backend, cb, bytes, created), err, err_len);
+}
+
+// Unmaps the released slot-cache chunks of the device whose streams have finished (wait != 0: all,
+// blocking until their streams are done); *pending: chunks still waiting for their streams.
+int pvt_collect(int kind, int index, int wait, int64_t* pending, char* err, int64_t err_len) {
+  *pending = 0;
+  const pvt::Device device = device_of(kind, index);
+  const pvt::Status usable = pvt::check_device_usable(device);
+  if (!usable.ok()) return report(usable, err, err_len);
+  size_t left = 0;
+  const int code = report(pvt::SlotCache::collect_all(device, wait != 0, &left), err, err_len);
+  *pending = static_cast<int64_t>(left);
+  return code;
 }
 
 }  // extern "C"

@@ -31,6 +31,8 @@ _SIGNATURES = {
     "pvt_trim_pool": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, _I64]),
     "pvt_fill_pool": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, _I64, _I64, ctypes.POINTER(_I64), ctypes.c_char_p,
                                      _I64]),
+    "pvt_collect": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_I64), ctypes.c_char_p,
+                                   _I64]),
     "pvt_code_name": (ctypes.c_char_p, [ctypes.c_int]),
     "pvt_find_cache": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_I64)]),
     "pvt_slot_reserve": (ctypes.c_int, [ctypes.c_void_p, _I64, _I64, ctypes.c_void_p, ctypes.c_char_p, _I64]),
@@ -107,6 +109,14 @@ def fill_pool(kind: int, index: int, chunk_bytes: int, nbytes: int) -> tuple[int
     created = _I64(0)
     code = _lib().pvt_fill_pool(kind, index, chunk_bytes, nbytes, ctypes.byref(created), err, _ERR_LEN)
     return code, err.value.decode(errors="replace"), int(created.value)
+
+
+def collect(kind: int, index: int, wait: bool) -> tuple[int, str, int]:
+    """(code, text, chunks still pending)."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    pending = _I64(0)
+    code = _lib().pvt_collect(kind, index, int(bool(wait)), ctypes.byref(pending), err, _ERR_LEN)
+    return code, err.value.decode(errors="replace"), int(pending.value)
 
 
 def code_name(code: int) -> str | None:

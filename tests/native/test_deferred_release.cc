@@ -170,6 +170,20 @@ void test_slots(Report& r, EventBackend& be) {
   r.ok(cache->record_use(kS1), "slots.use_again");
   r.ok(cache->release(1, nullptr), "slots.release_other");
   r.eq(cache->pending_chunks(), 2, "slots.pending_again");
+  size_t pending = 0;
+  r.ok(SlotCache::collect_all(kHost, false, &pending), "slots.collect_all_early");
+  r.eq(pending, 2, "slots.collect_all_counts_pending");
+  be.finish(kS1);
+  r.ok(SlotCache::collect_all(kHost, false, &pending), "slots.collect_all_one_stream_done");
+  r.eq(pending, 2, "slots.release_stream_still_runs");  // release(1, nullptr) recorded that stream too
+  be.finish(nullptr);
+  r.ok(SlotCache::collect_all(kHost, false, &pending), "slots.collect_all");
+  r.eq(pending, 0, "slots.collect_all_retires");
+  r.eq(mapped(), kCb, "slots.collect_all_frees");
+  r.ok(cache->reserve(2, 128, nullptr), "slots.reserve_third");
+  r.ok(cache->record_use(kS1), "slots.use_third");
+  r.ok(cache->release(2, nullptr), "slots.release_third");
+  r.eq(cache->pending_chunks(), 2, "slots.pending_at_destroy");
   cache.reset();
   r.eq(mapped(), 0, "slots.destroy_retires");
   r.eq(be.maps, be.unmaps, "slots.every_map_unmapped");
