@@ -67,12 +67,13 @@ int main() {
   const long long spin_cycles = 4000000;  // ~2 ms at 1.98 GHz
   for (int round = 0; round < 20; ++round) {
     const int64_t slot = round % shape.num_slots;
-    char* base = cache->data() + slot * shape.slot_bytes();
+    char* base = cache->data() + slot * cache->shape().slot_bytes();  // slot_rows set by create
     if (!r.ok(cache->reserve(slot, 2048, s), "reserve")) break;
     const unsigned char value = static_cast<unsigned char>(0x10 + round);
-    cudaMemsetAsync(base, value, bytes, s);
+    cuda_ok(r, cudaMemsetAsync(base, value, bytes, s), "memset");
     spin_kernel<<<1, 1, 0, s>>>(spin_cycles);
-    cudaMemcpyAsync(out, base, bytes, cudaMemcpyDeviceToDevice, s);
+    cuda_ok(r, cudaGetLastError(), "spin");
+    cuda_ok(r, cudaMemcpyAsync(out, base, bytes, cudaMemcpyDeviceToDevice, s), "read");
     cudaEventRecord(read_done, s);
     (void)cache->record_use(s);
     const auto t0 = std::chrono::steady_clock::now();
@@ -84,8 +85,14 @@ int main() {
     cudaStreamSynchronize(s);
     (void)cache->collect(false);
     std::vector<unsigned char> got(bytes);
-    cudaMemcpy(got.data(), out, bytes, cudaMemcpyDeviceToHost);
-    contents_ok = contents_ok && std::all_of(got.begin(), got.end(), [&](unsigned char b) { return b == value; });
+    const cudaError_t copied = cudaMemcpy(got.data(), out, bytes, cudaMemcpyDeviceToHost);
+    const bool same = copied == cudaSuccess &&
+                      std::all_of(got.begin(), got.end(), [&](unsigned char b) { return b == value; });
+    if (!same && contents_ok) {
+      std::printf("info round %d: copy %s, first byte %d, want %d\n", round, cudaGetErrorString(copied),
+                  static_cast<int>(got[0]), static_cast<int>(value));
+    }
+    contents_ok = contents_ok && same;
   }
   r.check(all_released_at_once, "slot_reads_as_released_at_once");
   r.check(all_deferred, "unmaps_deferred_while_the_reader_runs");
