@@ -40,6 +40,7 @@ from .errors import (
     VTensorOutOfMemoryError,
 )
 from .merge import merge_attention_states
+from .pool import collect, fill_pool, pool_limit, set_pool_limit, trim_pool
 from .sharing import reserve_for_write, share_prefix, sharing_info
 from .slots import (
     LayerKV,
@@ -76,6 +77,11 @@ def __getattr__(name):
 __version__ = "0.1.0"
 
 __all__ = [
+    "collect",
+    "fill_pool",
+    "pool_limit",
+    "set_pool_limit",
+    "trim_pool",
     "reserve_for_write",
     "share_prefix",
     "sharing_info",

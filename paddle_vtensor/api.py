@@ -273,14 +273,17 @@ def memory_stats(device=None) -> dict:
     reserved_bytes (virtual), mapped_bytes (physical, now), peak_mapped_bytes, live_regions (caches),
     live_vtensors (tensors made by the ops that are still alive; Paddle views of them share one),
     map_calls / unmap_calls (chunks), mapped_limit (0: none), bytes_written (bytes the ops' kernels
-    wrote into caches since start: appends, migrations, copy-on-write copies).
+    wrote into caches since start: appends, migrations, copy-on-write copies), shared_bytes (further
+    mappings of shared chunks), pooled_bytes (physical chunks kept ready in the pool, mapped nowhere:
+    paddle_vtensor/pool.py).
     """
     return _ops.c.memory_stats(*_device(device))
 
 
 def set_mapped_limit(limit_bytes: int | None, device=None) -> None:
-    """Cap the physical memory VTensors may map on ``device`` (None or 0: no cap). Appends that
-    would pass it fail with an out-of-memory error and leave the cache unchanged."""
+    """Cap the physical memory VTensors may map on ``device`` (None or 0: no cap): mapped plus pooled
+    bytes (a map that would pass it gives the pool back first, paddle_vtensor/pool.py). Appends that
+    would still pass it fail with an out-of-memory error and leave the cache unchanged."""
     kind, index = _device(device)
     limit = 0 if limit_bytes is None else _int("set_mapped_limit", "limit_bytes", limit_bytes)
     code, text = _ops.c.set_mapped_limit(kind, index, limit)

@@ -23,6 +23,8 @@ cmake --build build/native -j2 > /dev/null
 ./build/native/test_attention_cpu
 ./build/native/test_decode_plan
 ./build/native/test_phys_chunks
+./build/native/test_chunk_pool
+./build/native/test_deferred_release
 ./build/native/test_slot_share
 ./build/native/test_slot_threads
 ./build/native/test_slot_threads_tsan

@@ -60,3 +60,5 @@ def _no_leaks():
     assert stats["live_vtensors"] == 0, stats
     assert stats["mapped_bytes"] == 0, stats
     assert stats["live_regions"] == 0, stats
+    if stats["pooled_bytes"] or pvt.pool_limit():
+        pvt.set_pool_limit(0)  # no test's pool outlives it (the default: no pool)

@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "checked_math.h"
+#include "chunk_pool.h"
 #include "device.h"
 #include "region.h"
 #include "seq_cache.h"

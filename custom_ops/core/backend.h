@@ -58,6 +58,9 @@ class Backend {
   virtual Status record_event(void* stream, EventHandle* event) = 0;
   // Block the calling thread until `event` has completed.
   virtual Status wait_event(EventHandle event) = 0;
+  // Without blocking: *done = whether `event` has completed (the host: always; CUDA: cuEventQuery).
+  // How a release defers its unmaps instead of waiting (Region::unmap_range).
+  virtual Status event_done(EventHandle event, bool* done) = 0;
   virtual void destroy_event(EventHandle event) = 0;
 };
 

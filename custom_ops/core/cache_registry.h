@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace pvt {
 
@@ -33,6 +34,15 @@ class CacheRegistry {
     }
     if (cache && p < cache->data() + cache->reserved_bytes()) return cache;
     return nullptr;
+  }
+  // Every live cache (throws std::bad_alloc like add).
+  static std::vector<std::shared_ptr<Cache>> all() {
+    std::vector<std::shared_ptr<Cache>> out;
+    std::lock_guard<std::mutex> lock(state().mu);
+    for (const auto& entry : state().live) {
+      if (auto cache = entry.second.lock()) out.push_back(std::move(cache));
+    }
+    return out;
   }
 
  private:

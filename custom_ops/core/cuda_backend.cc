@@ -5,7 +5,7 @@
 //                   this device); one handle mapped at several addresses aliases
 //   unmap_chunk   = cuMemUnmap (Region waited for the events of every using stream first)
 //   release_chunk = cuMemRelease                (after the last mapping is gone)
-//   events  = cuEventCreate(DISABLE_TIMING) / cuEventRecord / cuEventSynchronize
+//   events  = cuEventCreate(DISABLE_TIMING) / cuEventRecord / cuEventSynchronize / cuEventQuery
 // Every call runs with the device's primary context current: that is the context the runtime API
 // (Paddle, PyTorch, CuPy) uses, so its kernels can touch what we map.
 #ifdef PADDLE_VTENSOR_WITH_CUDA
@@ -181,6 +181,15 @@ class CudaBackend final : public Backend {
     PVT_CHECK_NOT_FORKED();
     PVT_WITH_CONTEXT(ctx_);
     PVT_CU_CHECK(cuEventSynchronize(reinterpret_cast<CUevent>(event)));
+    return Status::Ok();
+  }
+
+  Status event_done(EventHandle event, bool* done) override {
+    PVT_CHECK_NOT_FORKED();
+    PVT_WITH_CONTEXT(ctx_);
+    const CUresult r = cuEventQuery(reinterpret_cast<CUevent>(event));
+    *done = r == CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) PVT_CU_CHECK(r);
     return Status::Ok();
   }
 

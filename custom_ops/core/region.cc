@@ -1,9 +1,11 @@
 #include "region.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <string>
 
+#include "chunk_pool.h"
 #include "stats.h"
 
 namespace pvt {
@@ -55,6 +57,7 @@ Region::~Region() {
   // Errors cannot propagate from a destructor: try every chunk; the stats show anything left mapped.
   const bool waited = wait_uses().ok();
   if (waited) {
+    for (Pending& p : pending_) (void)retire(p);
     for (auto it = mapped_.begin(); it != mapped_.end();) {
       auto next = std::next(it);
       (void)detach(it);
@@ -103,6 +106,9 @@ Status Region::map_range(size_t offset, size_t bytes) {
 Status Region::map_range_impl(size_t offset, size_t bytes) {
   PVT_RETURN_IF_ERROR(check_range(offset, bytes, "map_range"));
   const size_t first = offset / chunk_bytes_, last = (offset + bytes) / chunk_bytes_;
+  // Pending chunks here first (waiting for them), then whatever else finished meanwhile.
+  PVT_RETURN_IF_ERROR(settle(first, last));
+  PVT_RETURN_IF_ERROR(collect(false));
   std::vector<size_t> done;
   Status status;
   for (size_t c = first; c < last; ++c) {
@@ -162,6 +168,8 @@ Status Region::alias_range_impl(const Region& src, size_t src_offset, size_t dst
                                               std::to_string(taken->first) +
                                               " is already mapped (unmap it first)");
   }
+  PVT_RETURN_IF_ERROR(settle(first, first + count));
+  PVT_RETURN_IF_ERROR(collect(false));
   Status status;
   size_t done = 0;
   for (; done < count; ++done) {
@@ -267,20 +275,37 @@ const PhysChunk* Region::phys_chunk(size_t chunk) const {
 
 Status Region::create_phys(PhysChunk** out) {
   const int64_t cb = static_cast<int64_t>(chunk_bytes_);
-  if (!stats_detail::try_add_mapped(device(), cb)) {
+  PhysHandle handle = 0;
+  // A pooled chunk first: no create on the map path.
+  const bool pooled = pool_take(backend_, chunk_bytes_, &handle);
+  // Pooled chunks count against the limit too: when a new chunk would pass it, give the pool back.
+  bool counted = stats_detail::try_add_mapped(device(), cb);
+  if (!counted && !pooled && memory_stats(device()).pooled_bytes > 0) {
+    (void)pool_trim(device());
+    counted = stats_detail::try_add_mapped(device(), cb);
+  }
+  if (!counted) {
+    if (pooled && !pool_put(backend_, chunk_bytes_, handle)) (void)backend_->release_chunk(handle, chunk_bytes_);
     const MemoryStats s = memory_stats(device());
     return catch_bad_alloc("mapping a chunk", [&] {
       return Status(Code::kOutOfMemory, "mapping " + std::to_string(chunk_bytes_) + " more bytes on " +
                                             device().to_string() + " would pass the mapped-memory limit of " +
                                             std::to_string(s.mapped_limit) + " bytes (" +
-                                            std::to_string(s.mapped_bytes) + " mapped)");
+                                            std::to_string(s.mapped_bytes) + " mapped, " +
+                                            std::to_string(s.pooled_bytes) + " pooled)");
     });
   }
-  PhysHandle handle = 0;
-  const Status created = backend_->create_chunk(chunk_bytes_, &handle);
-  if (!created.ok()) {
-    stats_detail::add_mapped(device(), -cb);
-    return created;
+  if (!pooled) {
+    Status created = backend_->create_chunk(chunk_bytes_, &handle);
+    if (created.code() == Code::kOutOfMemory && memory_stats(device()).pooled_bytes > 0) {
+      // The device is full (cuMemCreate): what the pool holds may be what is missing. Once.
+      (void)pool_trim(device());
+      created = backend_->create_chunk(chunk_bytes_, &handle);
+    }
+    if (!created.ok()) {
+      stats_detail::add_mapped(device(), -cb);
+      return created;
+    }
   }
   try {
     *out = new PhysChunk(handle);
@@ -293,8 +318,11 @@ Status Region::create_phys(PhysChunk** out) {
 }
 
 Status Region::release_phys(PhysChunk* chunk) {
+  // Into the pool when it has room (the bytes stay as they are, chunk_pool.h), else to the backend.
   // On failure the chunk stays counted (and leaks): its memory is still held.
-  PVT_RETURN_IF_ERROR(backend_->release_chunk(chunk->handle, chunk_bytes_));
+  if (!pool_put(backend_, chunk_bytes_, chunk->handle)) {
+    PVT_RETURN_IF_ERROR(backend_->release_chunk(chunk->handle, chunk_bytes_));
+  }
   delete chunk;
   stats_detail::add_mapped(device(), -static_cast<int64_t>(chunk_bytes_));
   return Status::Ok();
@@ -321,6 +349,10 @@ Status Region::detach(std::map<size_t, PhysChunk*>::iterator it) {
   PVT_RETURN_IF_ERROR(backend_->unmap_chunk(base_ + c * chunk_bytes_, chunk_bytes_));
   mapped_.erase(it);
   if (c < prefix_) prefix_ = c;
+  return drop_mapping(chunk);
+}
+
+Status Region::drop_mapping(PhysChunk* chunk) {
   stats_detail::add_calls(device(), 0, 1);
   if (chunk->mappings.fetch_sub(1) > 1) {
     stats_detail::add_shared(device(), -static_cast<int64_t>(chunk_bytes_));
@@ -336,16 +368,91 @@ Status Region::unmap_range(size_t offset, size_t bytes) {
 Status Region::unmap_range_impl(size_t offset, size_t bytes) {
   PVT_RETURN_IF_ERROR(check_range(offset, bytes, "unmap_range"));
   const size_t first = offset / chunk_bytes_, last = (offset + bytes) / chunk_bytes_;
+  PVT_RETURN_IF_ERROR(collect(false));
   auto it = mapped_.lower_bound(first);
   if (it == mapped_.end() || it->first >= last) return Status::Ok();  // nothing mapped there
-  PVT_RETURN_IF_ERROR(wait_uses());
-  // O(mapped chunks in the range), however wide the range.
-  while (it != mapped_.end() && it->first < last) {
-    auto next = std::next(it);
-    PVT_RETURN_IF_ERROR(detach(it));
-    it = next;
+  bool done = false;
+  PVT_RETURN_IF_ERROR(uses_done(&done));
+  if (done) {
+    // O(mapped chunks in the range), however wide the range.
+    while (it != mapped_.end() && it->first < last) {
+      auto next = std::next(it);
+      PVT_RETURN_IF_ERROR(detach(it));
+      it = next;
+    }
+    return Status::Ok();
+  }
+  // Deferred: everything that can throw first, so a failure changes nothing.
+  Pending p;
+  p.events.reserve(uses_.size());
+  for (const auto& use : uses_) p.events.push_back(use.second);
+  for (auto m = it; m != mapped_.end() && m->first < last; ++m) p.chunks.emplace_back(m->first, m->second);
+  pending_.reserve(pending_.size() + 1);
+  for (const auto& c : p.chunks) {
+    mapped_.erase(c.first);
+    if (c.first < prefix_) prefix_ = c.first;
+  }
+  pending_.push_back(std::move(p));
+  return Status::Ok();
+}
+
+Status Region::uses_done(bool* done) {
+  *done = true;
+  for (const auto& use : uses_) {
+    PVT_RETURN_IF_ERROR(backend_->event_done(use.second, done));
+    if (!*done) return Status::Ok();
   }
   return Status::Ok();
+}
+
+Status Region::retire(Pending& p) {
+  while (!p.chunks.empty()) {
+    const auto [c, chunk] = p.chunks.back();
+    PVT_RETURN_IF_ERROR(backend_->unmap_chunk(base_ + c * chunk_bytes_, chunk_bytes_));
+    p.chunks.pop_back();
+    PVT_RETURN_IF_ERROR(drop_mapping(chunk));
+  }
+  return Status::Ok();
+}
+
+Status Region::collect(bool wait) {
+  Status first;
+  for (Pending& p : pending_) {
+    bool done = true;
+    for (EventHandle e : p.events) {
+      const Status st = wait ? backend_->wait_event(e) : backend_->event_done(e, &done);
+      if (!st.ok()) return st;
+      if (!done) break;
+    }
+    if (done) {
+      const Status st = retire(p);
+      if (first.ok()) first = st;
+    }
+  }
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](const Pending& p) { return p.chunks.empty(); }),
+                 pending_.end());
+  return first;
+}
+
+Status Region::settle(size_t first, size_t last) {
+  Status status;
+  for (Pending& p : pending_) {
+    bool overlaps = false;
+    for (const auto& c : p.chunks) overlaps = overlaps || (c.first >= first && c.first < last);
+    if (!overlaps) continue;
+    for (EventHandle e : p.events) PVT_RETURN_IF_ERROR(backend_->wait_event(e));
+    status = retire(p);
+    if (!status.ok()) break;
+  }
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](const Pending& p) { return p.chunks.empty(); }),
+                 pending_.end());
+  return status;
+}
+
+size_t Region::pending_chunks() const {
+  size_t n = 0;
+  for (const Pending& p : pending_) n += p.chunks.size();
+  return n;
 }
 
 Status Region::ensure_mapped(size_t end) {

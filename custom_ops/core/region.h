@@ -6,6 +6,7 @@
 // map of mapped chunk -> its physical chunk, so a reservation of any size the address space allows
 // (terabytes, one-page chunks) costs a few hundred bytes until it is used.
 //
+// Physical chunks come from and go back to the chunk pool (chunk_pool.h) when it has room.
 // Physical chunks are shared: alias_range maps the chunks behind a range of one region into another
 // range (of it or of another region on the same backend), so both ranges read and write the same
 // bytes and nothing is copied. A PhysChunk counts the places it is mapped at and is released when
@@ -14,7 +15,13 @@
 //
 // Streams: release must not pull memory from under kernels still queued on it. Every stream that
 // used the region (wrote or read it) is remembered with an event recorded after its last use
-// (record_use); unmapping first waits for every such event, whatever the stream.
+// (record_use). Unmapping never blocks the host for them (issue 30 point 3): when every such event
+// has completed (Backend::event_done, a query) the chunks are unmapped at once; else they leave the
+// mapped bookkeeping now (is_mapped/chunk_mapped say no; nothing may use them) and wait in a pending
+// list, with a copy of the events, until a later call finds the events done (collect(), run at every
+// map, unmap and alias) and unmaps them. Their physical memory stays counted in mapped_bytes until
+// then. Mapping or aliasing over a pending chunk first waits for that chunk's events (the only wait),
+// and the destructor waits for all. The host has no events: it never defers.
 // Not thread-safe by itself: SeqMajorCache serialises access with its own mutex.
 #pragma once
 
@@ -103,6 +110,11 @@ class Region {
   // on each use, so the bookkeeping is bounded by the number of streams. No-op on the host.
   Status record_use(void* stream);
   size_t streams_in_use() const { return uses_.size(); }
+  // Unmaps the pending chunks whose events have completed; wait: all of them, blocking. Every map,
+  // unmap and alias runs it without waiting first.
+  Status collect(bool wait);
+  // Chunks unmapped by a call but not yet by the backend (their streams still run).
+  size_t pending_chunks() const;
 
   size_t round_up(size_t bytes) const { return (bytes + chunk_bytes_ - 1) / chunk_bytes_ * chunk_bytes_; }
 
@@ -127,6 +139,20 @@ class Region {
   // Unmaps one chunk (the caller waited for the streams) and updates the bookkeeping; releases its
   // physical chunk when this was the last mapping.
   Status detach(std::map<size_t, PhysChunk*>::iterator it);
+  // After one unmap of `chunk`: counts it, drops one mapping of `chunk`, releases it after the last.
+  Status drop_mapping(PhysChunk* chunk);
+  // *done = whether every using stream's last recorded event has completed (no wait).
+  Status uses_done(bool* done);
+
+  // Chunks a call unmapped while the streams that used them still ran, and those streams' events.
+  struct Pending {
+    std::vector<EventHandle> events;                   // owned by uses_
+    std::vector<std::pair<size_t, PhysChunk*>> chunks;  // chunk index -> its physical chunk
+  };
+  // Unmaps what is left of `p`'s chunks (its events have completed); on failure the rest stay.
+  Status retire(Pending& p);
+  // Waits for and retires every pending entry holding a chunk in [first, last): before mapping there.
+  Status settle(size_t first, size_t last);
 
   Backend* backend_;
   char* base_;
@@ -137,6 +163,7 @@ class Region {
   // mapped count) per call instead of a scan from chunk 0.
   size_t prefix_ = 0;
   std::vector<std::pair<void*, EventHandle>> uses_;  // stream -> event recorded after its last use
+  std::vector<Pending> pending_;
 };
 
 }  // namespace pvt

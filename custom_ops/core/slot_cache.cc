@@ -179,8 +179,8 @@ Status SlotCache::release(int64_t slot, void* stream) {
   std::lock_guard<std::mutex> lock(mu_);
   int32_t& mapped = mapped_[static_cast<size_t>(slot)];
   if (mapped == 0) return Status::Ok();
-  // Work the caller queued on `stream` may still read the slot: the unmaps below wait for it, as
-  // for every stream the ops recorded (record_use).
+  // Work the caller queued on `stream` may still read the slot: the unmaps below are deferred until
+  // it is done, as for every stream the ops recorded (record_use), without blocking.
   PVT_RETURN_IF_ERROR(region_->record_use(stream));
   const size_t cb = region_->chunk_bytes();
   const size_t begin = static_cast<size_t>(slot * shape_.slot_bytes());
@@ -194,6 +194,30 @@ Status SlotCache::release(int64_t slot, void* stream) {
     PVT_RETURN_IF_ERROR(region_->unmap_range(c * cb, cb));
   }
   return Status::Ok();
+}
+
+Status SlotCache::collect(bool wait) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return catch_bad_alloc("collect", [&] { return region_->collect(wait); });
+}
+
+Status SlotCache::collect_all(Device device, bool wait, size_t* pending) {
+  *pending = 0;
+  return catch_bad_alloc("collect", [&] {
+    Status first;
+    for (const auto& cache : Registry::all()) {
+      if (!(cache->device() == device)) continue;
+      const Status st = cache->collect(wait);
+      if (first.ok()) first = st;
+      *pending += cache->pending_chunks();
+    }
+    return first;
+  });
+}
+
+size_t SlotCache::pending_chunks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return region_->pending_chunks();
 }
 
 Status SlotCache::share_prefix(int64_t src, int64_t dst, int64_t tokens, void* stream) {

@@ -33,10 +33,13 @@
 //     the op reads either finished before the op's check (the op refuses: nothing mapped) or waits
 //     until the op returned. No fault, no torn read, whatever threads call reserve/release.
 //   - CUDA: an op holds the caches while it queues its kernels and records its stream
-//     (record_use); a release waits for that hold, then for every recorded stream's queued work,
-//     before it unmaps, so kernels queued before release() began finish first. Work queued after
-//     release() returned reads the refreshed device copy of mapped_tokens and is refused (error
-//     flag), never faults. Release blocks the calling host thread until the GPU is past that work.
+//     (record_use); a release waits for that hold, then marks the slot unmapped (mapped_tokens 0)
+//     and hands its chunks to the region, which unmaps them once every recorded stream's queued
+//     work has finished (Region: deferred, checked without blocking at later calls, or collect()),
+//     so kernels queued before release() began finish first. Work queued after release() returned
+//     reads the refreshed device copy of mapped_tokens and is refused (error flag), never faults.
+//     Release never blocks the host on the GPU; a reserve of a slot whose chunks are still pending
+//     waits for those chunks' events only.
 //   - Not covered: memory read by anything but the slot ops (a plain Paddle op or read_slot's
 //     slicing of the cache tensor) while another thread releases that slot.
 #pragma once
@@ -107,9 +110,15 @@ class SlotCache {
   // kInvalidArgument for a bad slot or from < 0.
   Status make_private(int64_t slot, int64_t from, int64_t to, void* stream);
   // Unmap the slot's chunks that no other slot needs; mapped_tokens(slot) becomes 0. Waits for every
-  // SlotCacheHold, then for `stream` and every stream recorded with record_use (work queued on them
-  // may still read the slot). kInvalidArgument for a slot outside [0, num_slots).
+  // SlotCacheHold; the unmaps themselves wait for `stream` and every stream recorded with
+  // record_use (work queued on them may still read the slot) without blocking: deferred until their
+  // events complete (Region::unmap_range). kInvalidArgument for a slot outside [0, num_slots).
   Status release(int64_t slot, void* stream);
+  // Unmaps the released chunks whose streams have finished, without waiting (wait: all, blocking).
+  Status collect(bool wait);
+  // collect() on every live slot cache of `device`; *pending: chunks still pending after it.
+  static Status collect_all(Device device, bool wait, size_t* pending);
+  size_t pending_chunks() const;
 
   // Work queued on `stream` may read or write this cache: a later release waits for it
   // (Region::record_use). The ops call it after queuing their kernels.

@@ -21,6 +21,11 @@ std::map<Device, MemoryStats>& table() {
 
 std::atomic<MappedObserver> g_observer{nullptr};
 
+// Whether `delta` more bytes would take the physical memory held (mapped + pooled) past the limit.
+bool passes_limit(const MemoryStats& s, int64_t delta) {
+  return delta > 0 && s.mapped_limit > 0 && s.mapped_bytes + s.pooled_bytes + delta > s.mapped_limit;
+}
+
 void notify(Device device, int64_t delta) {
   if (MappedObserver fn = g_observer.load()) fn(device, delta);
 }
@@ -57,7 +62,7 @@ bool try_add_mapped(Device device, int64_t delta) {
   {
     std::lock_guard<std::mutex> lock(stats_mutex());
     auto& s = table()[device];
-    if (delta > 0 && s.mapped_limit > 0 && s.mapped_bytes + delta > s.mapped_limit) return false;
+    if (passes_limit(s, delta)) return false;
     s.mapped_bytes += delta;
     s.peak_mapped_bytes = std::max(s.peak_mapped_bytes, s.mapped_bytes);
   }
@@ -73,6 +78,19 @@ void add_mapped(Device device, int64_t delta) {
     s.peak_mapped_bytes = std::max(s.peak_mapped_bytes, s.mapped_bytes);
   }
   notify(device, delta);
+}
+
+bool try_add_pooled(Device device, int64_t delta) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  auto& s = table()[device];
+  if (passes_limit(s, delta)) return false;
+  s.pooled_bytes += delta;
+  return true;
+}
+
+void add_pooled(Device device, int64_t delta) {
+  std::lock_guard<std::mutex> lock(stats_mutex());
+  table()[device].pooled_bytes += delta;
 }
 
 void add_reserved(Device device, int64_t delta, int64_t regions_delta) {

@@ -21,10 +21,14 @@ struct MemoryStats {
   // virtual bytes that see memory mapped_bytes already counts. Last, so readers that take the fields
   // in order (pvt_memory_stats) keep their indices.
   int64_t shared_bytes = 0;
+  // Physical memory held ready in the chunk pool (chunk_pool.h): mapped nowhere, so not in
+  // mapped_bytes, but counted with it against the mapped limit. Last, for the same reason.
+  int64_t pooled_bytes = 0;
 };
 
 MemoryStats memory_stats(Device device);
-// Cap on mapped_bytes (physical memory; an alias costs none) for `device` (0 removes the cap). Lets users bound the cache's footprint, and
+// Cap on mapped_bytes + pooled_bytes (physical memory; an alias costs none) for `device` (0 removes
+// the cap; a map that would pass it trims the pool first, chunk_pool.h). Lets users bound the cache's footprint, and
 // lets tests provoke kOutOfMemory without exhausting the machine.
 void set_mapped_limit(Device device, int64_t bytes);
 void reset_peak_mapped(Device device);
@@ -39,8 +43,10 @@ using MappedObserver = void (*)(Device device, int64_t delta);
 void set_mapped_observer(MappedObserver observer);
 
 namespace stats_detail {
-// Returns false (and changes nothing) when `delta` would pass the mapped limit.
+// Return false (and change nothing) when `delta` would take mapped + pooled past the mapped limit.
 bool try_add_mapped(Device device, int64_t delta);
+bool try_add_pooled(Device device, int64_t delta);
+void add_pooled(Device device, int64_t delta);  // unconditional; negative when a chunk leaves the pool
 void add_mapped(Device device, int64_t delta);  // unconditional; negative on unmap
 void add_reserved(Device device, int64_t delta, int64_t regions_delta);
 void add_views(Device device, int64_t delta);

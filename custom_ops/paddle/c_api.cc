@@ -24,14 +24,14 @@ pvt::Device device_of(int kind, int index) {
 
 extern "C" {
 
-// Fills out[0..8] with reserved, mapped, peak_mapped, live_regions, live_vtensors, map_calls,
-// unmap_calls, mapped_limit, bytes_written (the order of pvt::MemoryStats).
+// Fills out[0..10] with reserved, mapped, peak_mapped, live_regions, live_vtensors, map_calls,
+// unmap_calls, mapped_limit, bytes_written, shared_bytes, pooled_bytes (the order of pvt::MemoryStats).
 void pvt_memory_stats(int kind, int index, int64_t* out) {
   const pvt::MemoryStats s = pvt::memory_stats(device_of(kind, index));
-  const int64_t v[10] = {s.reserved_bytes, s.mapped_bytes, s.peak_mapped_bytes, s.live_regions,
+  const int64_t v[11] = {s.reserved_bytes, s.mapped_bytes, s.peak_mapped_bytes, s.live_regions,
                          s.live_vtensors,  s.map_calls,    s.unmap_calls,       s.mapped_limit,
-                         s.bytes_written,  s.shared_bytes};
-  for (int i = 0; i < 10; ++i) out[i] = v[i];
+                         s.bytes_written,  s.shared_bytes, s.pooled_bytes};
+  for (int i = 0; i < 11; ++i) out[i] = v[i];
 }
 
 // Returns 0, or the status code (InvalidArgument) with "<Code>: <message>" in err[0..err_len),

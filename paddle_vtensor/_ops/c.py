@@ -14,7 +14,7 @@ _I64 = ctypes.c_int64
 _ERR_LEN = 512
 STAT_KEYS = ("reserved_bytes", "mapped_bytes", "peak_mapped_bytes", "live_regions", "live_vtensors",
              "map_calls", "unmap_calls", "mapped_limit", "bytes_written",
-             "shared_bytes")  # c_api.cc pvt_memory_stats
+             "shared_bytes", "pooled_bytes")  # c_api.cc pvt_memory_stats
 CACHE_INFO_KEYS = ("batch", "heads", "head_dim", "elem_bytes", "capacity_tokens", "longest_view")
 SLOT_INFO_KEYS = ("num_slots", "max_seq_len", "row_bytes", "chunk_bytes", "reserved_bytes", "mapped_bytes")
 # vtensor_slot_share_c_api.cc pvt_slot_share_info
@@ -25,6 +25,14 @@ _SIGNATURES = {
     "pvt_memory_stats": (None, [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_I64)]),
     "pvt_set_mapped_limit": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, _I64, ctypes.c_char_p, _I64]),
     "pvt_reset_peak_mapped": (None, [ctypes.c_int, ctypes.c_int]),
+    # pool_c_api.cc
+    "pvt_set_pool_limit": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, _I64, ctypes.c_char_p, _I64]),
+    "pvt_pool_limit": (_I64, [ctypes.c_int, ctypes.c_int]),
+    "pvt_trim_pool": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, _I64]),
+    "pvt_fill_pool": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, _I64, _I64, ctypes.POINTER(_I64), ctypes.c_char_p,
+                                     _I64]),
+    "pvt_collect": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_I64), ctypes.c_char_p,
+                                   _I64]),
     "pvt_code_name": (ctypes.c_char_p, [ctypes.c_int]),
     "pvt_find_cache": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_I64)]),
     "pvt_slot_reserve": (ctypes.c_int, [ctypes.c_void_p, _I64, _I64, ctypes.c_void_p, ctypes.c_char_p, _I64]),
@@ -77,6 +85,38 @@ def set_mapped_limit(kind: int, index: int, limit_bytes: int) -> tuple[int, str]
 
 def reset_peak_mapped(kind: int, index: int) -> None:
     _lib().pvt_reset_peak_mapped(kind, index)
+
+
+def set_pool_limit(kind: int, index: int, limit_bytes: int) -> tuple[int, str]:
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = _lib().pvt_set_pool_limit(kind, index, limit_bytes, err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def pool_limit(kind: int, index: int) -> int:
+    return int(_lib().pvt_pool_limit(kind, index))
+
+
+def trim_pool(kind: int, index: int) -> tuple[int, str]:
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = _lib().pvt_trim_pool(kind, index, err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def fill_pool(kind: int, index: int, chunk_bytes: int, nbytes: int) -> tuple[int, str, int]:
+    """(code, text, chunks created)."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    created = _I64(0)
+    code = _lib().pvt_fill_pool(kind, index, chunk_bytes, nbytes, ctypes.byref(created), err, _ERR_LEN)
+    return code, err.value.decode(errors="replace"), int(created.value)
+
+
+def collect(kind: int, index: int, wait: bool) -> tuple[int, str, int]:
+    """(code, text, chunks still pending)."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    pending = _I64(0)
+    code = _lib().pvt_collect(kind, index, int(bool(wait)), ctypes.byref(pending), err, _ERR_LEN)
+    return code, err.value.decode(errors="replace"), int(pending.value)
 
 
 def code_name(code: int) -> str | None:

@@ -93,7 +93,8 @@ struct Snapshot {
 };
 
 // A backend that forwards to `real` and fails on purpose: the map_chunk (create_chunk) that takes
-// fail_map_after (fail_create_after, fail_copy_after) from 0 to -1 returns kDriver, as a driver failure would.
+// fail_map_after (fail_create_after, fail_copy_after) from 0 to -1 returns kDriver, as a driver failure would;
+// the create_chunk that takes oom_create_after from 0 to -1 returns kOutOfMemory, as a full GPU would.
 class FailingBackend final : public Backend {
  public:
   explicit FailingBackend(Backend* real) : real_(real) {}
@@ -103,6 +104,8 @@ class FailingBackend final : public Backend {
   Status free_reservation(void* base, size_t bytes) override { return real_->free_reservation(base, bytes); }
   Status create_chunk(size_t bytes, pvt::PhysHandle* h) override {
     if (fail_create_after >= 0 && fail_create_after-- == 0) return Status(Code::kDriver, "injected create failure");
+    if (oom_create_after >= 0 && oom_create_after-- == 0) return Status(Code::kOutOfMemory, "injected full device");
+    ++creates;
     return real_->create_chunk(bytes, h);
   }
   Status map_chunk(void* addr, size_t bytes, pvt::PhysHandle h) override {
@@ -124,10 +127,11 @@ class FailingBackend final : public Backend {
   }
   Status record_event(void* stream, pvt::EventHandle* e) override { return real_->record_event(stream, e); }
   Status wait_event(pvt::EventHandle e) override { return real_->wait_event(e); }
+  Status event_done(pvt::EventHandle e, bool* done) override { return real_->event_done(e, done); }
   void destroy_event(pvt::EventHandle e) override { real_->destroy_event(e); }
 
-  long fail_map_after = -1, fail_create_after = -1, fail_copy_after = -1;
-  long maps = 0, unmaps = 0, releases = 0;
+  long fail_map_after = -1, fail_create_after = -1, fail_copy_after = -1, oom_create_after = -1;
+  long creates = 0, maps = 0, unmaps = 0, releases = 0;
 
  private:
   Backend* real_;
@@ -381,6 +385,7 @@ inline void check_end(Report& r, pvt::Device dev) {
   const MemoryStats s = pvt::memory_stats(dev);
   r.eq(s.mapped_bytes, 0, "end.mapped_bytes_zero");
   r.eq(s.shared_bytes, 0, "end.shared_bytes_zero");
+  r.eq(s.pooled_bytes, 0, "end.pooled_bytes_zero");
   r.eq(s.live_regions, 0, "end.live_regions_zero");
   r.eq(s.map_calls, s.unmap_calls, "end.every_mapping_unmapped");
 }

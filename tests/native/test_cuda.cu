@@ -21,10 +21,12 @@
 #include "harness.h"
 #include "kernels/append_tokens.h"
 #include "reference.h"
+#include "unmap_observer_cuda.h"
 
 using namespace pvt;
 using pvt_test::Report;
 using pvt_test::Source;
+using pvt_test::UnmapObserver;
 
 namespace {
 
@@ -391,40 +393,6 @@ void test_release_waits_for_a_reader_on_another_stream(Report& r, std::mt19937& 
   cudaStreamDestroy(b);
 }
 
-// The real CUDA backend with one observation: at every unmap, whether `watch` (an event recorded
-// right after a reader's work on another stream) is still pending. An unmap issued while a reader
-// may still run is what Region's wait must prevent; checking it here, before cuMemUnmap, keeps the
-// test independent of whatever the driver itself waits for inside cuMemUnmap (on the H200 a release
-// that waited only for the first stream still passed the end-to-end test above).
-class UnmapObserver final : public Backend {
- public:
-  explicit UnmapObserver(Backend* real) : real_(real) {}
-  Device device() const override { return real_->device(); }
-  size_t granularity() const override { return real_->granularity(); }
-  Status reserve(size_t bytes, void** base) override { return real_->reserve(bytes, base); }
-  Status free_reservation(void* base, size_t bytes) override { return real_->free_reservation(base, bytes); }
-  Status create_chunk(size_t bytes, PhysHandle* h) override { return real_->create_chunk(bytes, h); }
-  Status map_chunk(void* addr, size_t bytes, PhysHandle h) override { return real_->map_chunk(addr, bytes, h); }
-  Status unmap_chunk(void* addr, size_t bytes) override {
-    ++unmaps;
-    if (watch != nullptr && cudaEventQuery(watch) == cudaErrorNotReady) ++unmaps_while_reading;
-    return real_->unmap_chunk(addr, bytes);
-  }
-  Status release_chunk(PhysHandle h, size_t bytes) override { return real_->release_chunk(h, bytes); }
-  Status copy(void* dst, const void* src, size_t bytes, void* stream) override {
-    return real_->copy(dst, src, bytes, stream);
-  }
-  Status record_event(void* stream, EventHandle* e) override { return real_->record_event(stream, e); }
-  Status wait_event(EventHandle e) override { return real_->wait_event(e); }
-  void destroy_event(EventHandle e) override { real_->destroy_event(e); }
-
-  cudaEvent_t watch = nullptr;
-  int unmaps = 0, unmaps_while_reading = 0;
-
- private:
-  Backend* real_;
-};
-
 // Stream A writes a region, stream B reads it behind a ~0.3 s spin, A writes again (the last user);
 // then the host releases the region. Every unmap must come after B's read has finished.
 void test_unmap_never_overtakes_a_reader(Report& r, cudaStream_t a) {
@@ -454,6 +422,8 @@ void test_unmap_never_overtakes_a_reader(Report& r, cudaStream_t a) {
   r.ok(region->record_use(a), "unmap_order.writer_records_use_again");
   r.eq(region->streams_in_use(), 2, "unmap_order.two_streams_remembered");
   r.ok(region->unmap_range(0, bytes), "unmap_order.release");
+  // The release deferred its unmaps (issue 30 point 3); collect(true) blocks until they are done.
+  r.ok(region->collect(true), "unmap_order.collect");
   r.check(obs.unmaps > 0, "unmap_order.unmapped", "the release issued no unmap");
   r.eq(obs.unmaps_while_reading, 0, "unmap_order.no_unmap_while_the_reader_may_run");
   if (cuda_ok(r, cudaStreamSynchronize(b), "unmap_order.reader_finished")) {

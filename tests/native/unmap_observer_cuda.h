@@ -1,0 +1,51 @@
+// Shared by the CUDA native tests that check unmap order (test_cuda.cu, test_deferred_release.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/backend.h"
+
+namespace pvt_test {
+
+using pvt::Backend;
+using pvt::Device;
+using pvt::EventHandle;
+using pvt::PhysHandle;
+using pvt::Status;
+
+// The real CUDA backend with one observation: at every unmap, whether `watch` (an event recorded
+// right after a reader's work on another stream) is still pending. An unmap issued while a reader
+// may still run is what Region's deferred unmap must prevent; checking it here, before cuMemUnmap,
+// keeps the test independent of whatever the driver itself waits for inside cuMemUnmap (on the H200
+// a release that waited only for the first stream still passed test_cuda.cu's end-to-end test).
+class UnmapObserver final : public Backend {
+ public:
+  explicit UnmapObserver(Backend* real) : real_(real) {}
+  Device device() const override { return real_->device(); }
+  size_t granularity() const override { return real_->granularity(); }
+  Status reserve(size_t bytes, void** base) override { return real_->reserve(bytes, base); }
+  Status free_reservation(void* base, size_t bytes) override { return real_->free_reservation(base, bytes); }
+  Status create_chunk(size_t bytes, PhysHandle* h) override { return real_->create_chunk(bytes, h); }
+  Status map_chunk(void* addr, size_t bytes, PhysHandle h) override { return real_->map_chunk(addr, bytes, h); }
+  Status unmap_chunk(void* addr, size_t bytes) override {
+    ++unmaps;
+    if (watch != nullptr && cudaEventQuery(watch) == cudaErrorNotReady) ++unmaps_while_reading;
+    return real_->unmap_chunk(addr, bytes);
+  }
+  Status release_chunk(PhysHandle h, size_t bytes) override { return real_->release_chunk(h, bytes); }
+  Status copy(void* dst, const void* src, size_t bytes, void* stream) override {
+    return real_->copy(dst, src, bytes, stream);
+  }
+  Status record_event(void* stream, EventHandle* e) override { return real_->record_event(stream, e); }
+  Status wait_event(EventHandle e) override { return real_->wait_event(e); }
+  Status event_done(EventHandle e, bool* done) override { return real_->event_done(e, done); }
+  void destroy_event(EventHandle e) override { real_->destroy_event(e); }
+
+  cudaEvent_t watch = nullptr;
+  int unmaps = 0, unmaps_while_reading = 0;
+
+ private:
+  Backend* real_;
+};
+
+}  // namespace pvt_test
