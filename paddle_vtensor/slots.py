@@ -1,8 +1,9 @@
 """Slot caches: per-sequence KV caches for inflight batching (docs/SLOT_CACHE.md).
 
 A slot cache holds ``num_slots`` sequences of up to ``max_seq_len`` tokens each, batch-major
-(flash-attn's ``k_cache`` layout ``[num_slots, max_seq_len, H, D]``), in one virtual reservation of
-which nothing is mapped at first. The host maps a slot ahead of the step that needs it
+(flash-attn's ``k_cache`` layout ``[num_slots, rows, H, D]``, ``rows`` being ``max_seq_len`` padded
+so that every slot starts on a chunk, in virtual memory only), in one virtual reservation of which
+nothing is mapped at first. The host maps a slot ahead of the step that needs it
 (:func:`reserve_slot`) and gives its memory back when its sequence ends (:func:`release_slot`), so
 mapped memory follows the sum of the slots' lengths.
 
@@ -146,7 +147,10 @@ class SlotKVCache(_NotCopyable):
             raise SlotError(f"SlotKVCache: the storage must be a slot cache [num_slots, max_seq_len, num_layers, 2, "
                             f"num_kv_heads, head_dim] (slot_kv_cache makes one), got shape {list(storage.shape)}")
         self.storage = storage
-        self.num_slots, self.max_seq_len, self.num_layers, _, self.num_kv_heads, self.head_dim = storage.shape
+        self.num_slots, _, self.num_layers, _, self.num_kv_heads, self.head_dim = storage.shape
+        # Dimension 1 is max_seq_len padded to whole chunks (every slot starts on a chunk): the
+        # tokens a slot may hold are the cache's own max_seq_len.
+        self.max_seq_len = slot_info(storage)["max_seq_len"]
 
     def k(self, layer: int) -> LayerKV:
         return LayerKV(self.storage, layer, 0)
@@ -225,9 +229,11 @@ def reserve_slot(cache, slot: int, tokens: int) -> None:
 
 
 def release_slot(cache, slot: int) -> None:
-    """Give ``slot``'s memory back (its chunks are unmapped, except a border chunk a neighbouring slot
-    still uses; not pooled: mapping is cheap next to a step). Reading the slot with a non-zero length
-    afterwards is an error until it is reserved again."""
+    """Give ``slot``'s memory back: its chunks are unmapped (a chunk another slot still maps through
+    share_prefix stays for that slot) and go back to the device's chunk pool when one is set
+    (pvt.set_pool_limit). On a GPU the unmap waits, without blocking the host, for the kernels queued
+    on the cache. Reading the slot with a non-zero length afterwards is an error until it is reserved
+    again."""
     storage = _storage(cache, "release_slot")
     slot = _int("release_slot", "slot", slot, out_of_range=SlotError)
     _check(*_ops.c.slot_release(storage.data_ptr(), slot, _stream(storage)), "release_slot")
