@@ -21,12 +21,21 @@ import sys
 
 _WATCHED = ("paddlenlp.generation.utils", "paddle.inference")
 _MARK = "__paddle_vtensor_autopatch__"  # on a wrapper: the function it wraps
-_state = {"installed": False, "report_registered": False}
+_state = {"installed": False, "report_registered": False, "broken": None}
 
 
 def _engage():
-    from paddle_vtensor import _autopatch  # the heavy half, first used here
-
+    """The heavy half, imported at first use; if it cannot be imported, the wrappers say so once
+    and from then on only call the wrapped functions."""
+    if _state["broken"] is not None:
+        raise _state["broken"]
+    try:
+        from paddle_vtensor import _autopatch
+    except Exception as e:
+        _state["broken"] = RuntimeError(f"paddle_vtensor could not be imported ({type(e).__name__}: {e})")
+        print(f"paddle_vtensor autopatch: off for this process, PaddleNLP's own paths run: "
+              f"{' '.join(str(_state['broken']).split())}", file=sys.stderr)
+        raise _state["broken"]
     return _autopatch
 
 
@@ -34,9 +43,10 @@ def _wrap_generate(original):
     def generate(self, *args, **kwargs):
         try:
             _engage().engage_model(self)
-        except Exception as e:  # never the user's run: the plugin's own failure is one line
-            print(f"paddle_vtensor autopatch: {type(self).__name__} runs on PaddleNLP's own path: "
-                  f"{type(e).__name__}: {' '.join(str(e).split())}", file=sys.stderr)
+        except Exception as e:  # never the user's run: one line, PaddleNLP's generate() runs
+            if e is not _state["broken"]:  # (that one was said once already)
+                print(f"paddle_vtensor autopatch: {type(self).__name__} runs on PaddleNLP's own path: "
+                      f"{type(e).__name__}: {' '.join(str(e).split())}", file=sys.stderr)
         return original(self, *args, **kwargs)
 
     generate.__name__, generate.__qualname__, generate.__doc__ = "generate", original.__qualname__, original.__doc__
@@ -49,9 +59,7 @@ def _wrap_create_predictor(original):
     def create_predictor(config, *args, **kwargs):
         try:
             engage = _engage().engage_predictor
-        except Exception as e:
-            print(f"paddle_vtensor autopatch: predictor left alone: {type(e).__name__}: {' '.join(str(e).split())}",
-                  file=sys.stderr)
+        except Exception:  # _engage said why, once
             return original(config, *args, **kwargs)
         return engage(original, config, *args, **kwargs)
 
@@ -150,7 +158,10 @@ def _report_at_exit():
         print("paddle_vtensor report: autopatch off (PADDLE_VTENSOR_AUTOPATCH is not 1 and "
               "paddle_vtensor.autopatch() was not called): nothing applied", file=sys.stderr)
         return
-    _engage().report(sys.stderr)
+    try:
+        _engage().report(sys.stderr)
+    except Exception:
+        pass
 
 
 if os.environ.get("PADDLE_VTENSOR_AUTOPATCH") == "1":

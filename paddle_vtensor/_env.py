@@ -11,6 +11,13 @@ PADDLE_VTENSOR_MAX_SEQ_LEN         Python (Config) and the     tokens reserved p
                                    PIR pass (passes/)          4096); the pass's default for its caches
 PADDLE_VTENSOR_CHUNK_BYTES         Python (Config) and the     mapping granularity of new caches
                                    PIR pass                    (default 2 MiB, rounded up to the device's)
+PADDLE_VTENSOR_AUTOPATCH           the .pth hook               ``1``: at interpreter start, patch PaddleNLP's
+                                   (paddle_vtensor_autopatch   ``generate()`` and ``paddle.inference.
+                                   .py, which may not import   create_predictor`` when imported (issue 26);
+                                   this package: it would      read once, at start: from Python call
+                                   import paddle)              ``paddle_vtensor.autopatch()`` instead
+PADDLE_VTENSOR_REPORT              the same hook               ``1``: at exit, one line per model/predictor
+                                                               the hook saw, to stderr
 PADDLE_VTENSOR_JIT                 Python (_ops)               ``1``: ignore an installed ops library and
                                                                build the sources just in time
 PADDLE_VTENSOR_BUILD_DIR           Python (_ops, bench-host)   where just-in-time builds go (default

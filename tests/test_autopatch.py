@@ -2,8 +2,8 @@
 import) run in subprocesses with and without the variable must print the same tokens, and the
 PADDLE_VTENSOR_REPORT=1 lines must show the plugin engaged only with it.
 
-The dev checkout has no installed .pth, so each subprocess gets a sitecustomize.py that calls
-site.addsitedir(<repo root>): Python then processes the repository's own
+The dev checkout has no installed .pth, so each subprocess gets a sitecustomize.py that puts the
+repository first on sys.path and calls site.addsitedir(<repo root>): Python then processes the repository's own
 paddle_vtensor_autopatch.pth exactly as it would in site-packages. Runs under PaddleNLP 2.8.1 and
 3.0.0b4 (scripts/test.sh --paddlenlp3)."""
 import json
@@ -24,7 +24,9 @@ PADDLENLP3 = int(paddlenlp.__version__.split(".")[0]) >= 3
 @pytest.fixture(scope="module")
 def site_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("site")
-    (d / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(ROOT)!r})\n")
+    # First on sys.path (an installed paddle_vtensor must not win), and its .pth files processed.
+    (d / "sitecustomize.py").write_text(f"import site, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                                        f"site.addsitedir({str(ROOT)!r})\n")
     return str(d)
 
 
