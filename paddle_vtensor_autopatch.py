@@ -145,6 +145,11 @@ def installed() -> bool:
     return _state["installed"]
 
 
+def requested() -> str:
+    """PADDLE_VTENSOR_AUTOPATCH as the process has it (what the doctor shows)."""
+    return os.environ.get("PADDLE_VTENSOR_AUTOPATCH", "unset")
+
+
 def register_report():
     if os.environ.get("PADDLE_VTENSOR_REPORT") == "1" and not _state["report_registered"]:
         import atexit

@@ -51,7 +51,7 @@ def run(args) -> int:
           f"not installed (no {HOOK} in {', '.join(_site_dirs())}); paddle_vtensor.autopatch() still works")
     import paddle_vtensor_autopatch as hook
 
-    _line("PADDLE_VTENSOR_AUTOPATCH", f"{os.environ.get('PADDLE_VTENSOR_AUTOPATCH', 'unset')} "
+    _line("PADDLE_VTENSOR_AUTOPATCH", f"{hook.requested()} "
                                       f"({'on' if hook.installed() else 'off'} in this process)")
     gpus = paddle.device.cuda.device_count() if paddle.is_compiled_with_cuda() else 0
     _line("CUDA", f"{gpus} GPU(s)" if gpus else "no GPU (a CPU build or none visible)")
