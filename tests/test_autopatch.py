@@ -144,11 +144,13 @@ def test_the_wheel_installs_the_pth_hook(tmp_path):
     """bdist_wheel with the ops build replaced by nothing (the ops are not what is checked here):
     the hook module and its .pth lie at the wheel's root, i.e. in site-packages once installed."""
     pytest.importorskip("wheel")
-    code = ("import sys; sys.argv = ['setup.py', '-q', 'bdist_wheel', '--dist-dir', sys.argv[1]]\n"
+    # A fresh build folder: build/lib of an earlier build must not supply the files checked.
+    code = ("import sys; sys.argv = ['setup.py', '-q', 'build', '--build-base', sys.argv[2], 'bdist_wheel', "
+            "'--dist-dir', sys.argv[1]]\n"
             "from paddle_vtensor import _packaged\n"
             "_packaged.build_into = lambda out, objects: {'paddle': '-', 'cuda': False}\n"
             "exec(compile(open('setup.py').read(), 'setup.py', 'exec'), {'__file__': 'setup.py', '__name__': '__main__'})\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist"), str(tmp_path / "build")], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = (tmp_path / "dist").iterdir()
