@@ -30,6 +30,9 @@ class BuildPyWithOps(build_py):
 
     def run(self):
         super().run()
+        # The PADDLE_VTENSOR_AUTOPATCH hook: a .pth at the top of the built tree lands in
+        # site-packages, where Python runs its one import line at every interpreter start.
+        self.copy_file(os.path.join(ROOT, "paddle_vtensor_autopatch.pth"), self.build_lib)
         if getattr(self, "editable_mode", False):
             return  # an editable install runs from the tree: the just-in-time build serves it
         try:
@@ -58,6 +61,7 @@ setup(
     version=_version(),
     description="KV caches that grow in place in virtual memory, for PaddlePaddle",
     # Every subpackage: the API, _ops/, integration/, generation/ and bench/ (the command line).
+    py_modules=["paddle_vtensor_autopatch"],  # the .pth's hook: top level, so it imports no paddle
     packages=find_namespace_packages(include=["paddle_vtensor", "paddle_vtensor.*"], exclude=["*.__pycache__"]),
     python_requires=">=3.9",
     install_requires=["numpy"],

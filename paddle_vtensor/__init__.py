@@ -61,7 +61,7 @@ _LAZY_MODULES = {"integration": "integration", "passes": "passes", "static_expor
                  "generation": "generation", "distributed": "generation.distributed"}
 _LAZY_NAMES = {"generate_inflight": "generation.inflight", "SlotModelRunner": "generation.model_runner",
                "speculative_generate": "generation.speculative", "applied": "integration",
-               "apply": "integration", "remove": "integration"}
+               "apply": "integration", "remove": "integration", "autopatch": "_autopatch"}
 
 
 def __getattr__(name):
@@ -77,6 +77,7 @@ def __getattr__(name):
 __version__ = "0.1.0"
 
 __all__ = [
+    "autopatch",
     "collect",
     "fill_pool",
     "pool_limit",

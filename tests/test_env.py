@@ -13,7 +13,7 @@ from conftest import ROOT
 from paddle_vtensor import _env
 
 CODE_ROOTS = ["paddle_vtensor", "custom_ops", "passes", "scripts", "tests", ".ci"]
-CODE_FILES = ["setup.py", "setup_ops.py", "pyproject.toml"]
+CODE_FILES = ["setup.py", "setup_ops.py", "pyproject.toml", "paddle_vtensor_autopatch.py"]
 SUFFIXES = (".py", ".cc", ".h", ".cu", ".cuh", ".sh", ".txt", ".cmake", ".toml")
 
 
