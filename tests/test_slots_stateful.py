@@ -52,6 +52,12 @@ class SlotMachine(RuleBasedStateMachine):
         self.written = np.zeros(SLOTS, np.int64)  # rows of each slot written (the host's length)
         self.mapped = np.zeros(SLOTS, np.int64)   # tokens mapped: the largest reserve since the last release
         self.baseline = pvt.memory_stats("cpu")["mapped_bytes"]  # anything else of this process
+        self.baseline_shared = pvt.memory_stats("cpu")["shared_bytes"]
+        # Each slot's mapped chunks, as ids of physical chunks (the same id in two slots: one chunk
+        # mapped twice, by share_prefix). Slots start on a chunk, so a slot's n-th chunk holds its
+        # rows [n * CHUNK / ROW, (n + 1) * CHUNK / ROW).
+        self.chunks = [[] for _ in range(SLOTS)]
+        self.next_chunk = 0
 
     # ---- helpers
 
@@ -69,6 +75,12 @@ class SlotMachine(RuleBasedStateMachine):
             call()
         assert (self.snapshot(), pvt.memory_stats("cpu")["mapped_bytes"]) == before
 
+    def grow(self, slot, tokens):
+        """The model of a reserve: fresh chunks up to the one holding row tokens - 1."""
+        while len(self.chunks[slot]) < -(-tokens * ROW // CHUNK):
+            self.chunks[slot].append(self.next_chunk)
+            self.next_chunk += 1
+
     def randn(self, *shape):
         return self.rng.standard_normal(shape).astype(np.float32)
 
@@ -79,14 +91,47 @@ class SlotMachine(RuleBasedStateMachine):
         for _, c in self.caches():
             pvt.reserve_slot(c, slot, tokens)
         self.mapped[slot] = max(self.mapped[slot], tokens)
+        self.grow(slot, int(self.mapped[slot]))
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def release(self, slot):
         for _, c in self.caches():
             pvt.release_slot(c, slot)
         self.mapped[slot] = self.written[slot] = 0
+        self.chunks[slot] = []
         for c in "kv":
             self.rows[c][slot] = 0
+
+    @rule(data=st.data())
+    def share(self, data):
+        """share_prefix: dst (empty) sees src's first `tokens` mapped rows (unwritten ones read as zeros in
+        both); whole chunks are the same physical chunks, the partial one a copy; later writes to either
+        never show in the other."""
+        sources = [s for s in range(SLOTS) if self.mapped[s] > 0]
+        empty = [s for s in range(SLOTS) if self.mapped[s] == 0]
+        if not sources or not empty:
+            return
+        src = data.draw(st.sampled_from(sources))
+        dst = data.draw(st.sampled_from([s for s in empty if s != src] or [src]))
+        if dst == src:
+            return
+        tokens = data.draw(st.integers(1, int(self.mapped[src])))
+        pvt.share_prefix((self.k, self.v), src, dst, tokens)
+        for c in "kv":
+            self.rows[c][dst, :tokens] = self.rows[c][src, :tokens]
+        self.written[dst] = self.mapped[dst] = tokens
+        self.chunks[dst] = self.chunks[src][:tokens * ROW // CHUNK]
+        self.grow(dst, tokens)
+
+    @rule(data=st.data())
+    def share_bad(self, data):
+        """Sharing into a slot that holds tokens, from an empty one, with itself, or past the
+        source's length: SlotError, nothing changed."""
+        src, dst = data.draw(st.integers(0, SLOTS - 1)), data.draw(st.integers(0, SLOTS - 1))
+        tokens = data.draw(st.integers(1, S))
+        if src != dst and self.mapped[dst] == 0 and tokens <= self.mapped[src]:
+            return  # a valid share (the rule above)
+        self.refused(lambda: pvt.share_prefix((self.k, self.v), src, dst, tokens), (pvt.SlotError, ValueError))
 
     # ---- attention
 
@@ -213,12 +258,15 @@ class SlotMachine(RuleBasedStateMachine):
     def mapped_as_modelled(self):
         if not hasattr(self, "k"):
             return
-        want_bytes = int(sum(-(-int(m) * ROW // CHUNK) * CHUNK for m in self.mapped))
+        physical = len({c for chunks in self.chunks for c in chunks}) * CHUNK  # each chunk once
+        aliases = sum(len(chunks) for chunks in self.chunks) * CHUNK - physical
         for _, c in self.caches():
             info = pvt.slot_info(c)
             assert info["mapped_tokens"].tolist() == self.mapped.tolist()
-            assert info["mapped_bytes"] == want_bytes
-        assert pvt.memory_stats("cpu")["mapped_bytes"] - self.baseline == 2 * want_bytes
+            assert info["mapped_bytes"] == physical
+        stats = pvt.memory_stats("cpu")
+        assert stats["mapped_bytes"] - self.baseline == 2 * physical
+        assert stats["shared_bytes"] - self.baseline_shared == 2 * aliases
 
     def teardown(self):
         self.__dict__.pop("k", None), self.__dict__.pop("v", None)  # the caches go now, not at some gc
