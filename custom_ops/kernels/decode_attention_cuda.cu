@@ -5,9 +5,10 @@
 // one slice ("split") of the keys:
 //   * decode_attention_kernel (decode_attention_one_row_cuda.cuh): up to 4 rows held in registers, keys
 //     loaded straight from HBM. One row per kv head (MHA decode), masks, layouts without 16-byte loads.
-//   * decode_attention_mma_kernel (decode_attention_mma_cuda.cuh): 2-16 unmasked rows per kv head of a
-//     16-bit cache with head_dim 64 or 128 (GQA, Tq > 1) on tensor cores: K/V tiles in shared memory,
-//     all rows at once as the M side of mma.sync.
+//   * decode_attention_mma_kernel (decode_attention_mma_cuda.cuh): 2-128 unmasked rows per kv head of a
+//     16-bit cache with head_dim 64, 80, 96, 128 or 256 (GQA, MQA, Tq > 1) on tensor cores: K/V tiles in
+//     shared memory, the rows as 1-8 M-tiles of mma.sync. Its instances are built per head dim in
+//     decode_attention_mma_d*_cuda.cu (decode_attention_mma_launch_cuda.cuh).
 //   * decode_attention_rows_kernel (decode_attention_rows_cuda.cuh): the other unmasked cases with
 //     several rows per kv head; K/V tiles staged in shared memory by cp.async, one row per warp.
 // With several splits of a short context, the tensor-core kernel on Hopper launches the splits of a
@@ -35,8 +36,9 @@
 #include "../core/cuda_check.h"
 #include "decode_attention.h"
 #include "decode_attention_common_cuda.cuh"
+#include "decode_attention_launch_cuda.cuh"
 #include "decode_attention_merge_cuda.cuh"
-#include "decode_attention_mma_cuda.cuh"
+#include "decode_attention_mma_launch_cuda.cuh"
 #include "decode_attention_one_row_cuda.cuh"
 #include "decode_attention_plan.h"
 #include "decode_attention_rows_cuda.cuh"
@@ -73,95 +75,6 @@ int sm_count() {
   return n;
 }
 
-// Blocks of `kernel` resident per SM with `threads` threads and `smem` bytes of dynamic shared memory
-// (opting in to that much first: over the 48 KiB default for the tensor-core kernel), or `fallback`
-// where a query fails.
-template <typename Kernel>
-int query_resident(Kernel kernel, int threads, size_t smem, int fallback) {
-  int blocks = 0;
-  if ((smem > 0 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
-                       cudaSuccess) ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem) != cudaSuccess || blocks <= 0) {
-    cudaGetLastError();
-    return fallback;
-  }
-  return blocks;
-}
-
-// A launch of `threads`-thread blocks on `grid`; with cluster_y > 1 the blocks form clusters of
-// (1, cluster_y, 1), with `programmatic` the launch may overlap the end of the kernel ahead of it on the
-// stream (attr holds the attributes, so it must outlive the launch).
-cudaLaunchConfig_t block_launch(dim3 grid, int threads, size_t smem, cudaStream_t stream, unsigned cluster_y,
-                                bool programmatic, cudaLaunchAttribute (&attr)[2]) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 0;
-  if (cluster_y > 1) {
-    cudaLaunchAttribute& a = attr[cfg.numAttrs++];
-    a.id = cudaLaunchAttributeClusterDimension;
-    a.val.clusterDim.x = 1;
-    a.val.clusterDim.y = cluster_y;
-    a.val.clusterDim.z = 1;
-  }
-  if (programmatic) {
-    cudaLaunchAttribute& a = attr[cfg.numAttrs++];
-    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    a.val.programmaticStreamSerializationAllowed = 1;
-  }
-  return cfg;
-}
-
-// Whether the device co-schedules clusters of kMaxClusterSplits blocks of this kernel: kMaxClusterSplits,
-// else 1 (no cluster launches, or a kernel built for an older architecture, whose cluster code is
-// compiled out).
-template <typename Kernel>
-int query_cluster_limit(Kernel kernel, int threads, size_t smem) {
-  int limit = 1, dev = 0, can = 0, active = 0;
-  cudaFuncAttributes fa;
-  cudaLaunchAttribute attr[2];
-  const cudaLaunchConfig_t cfg =
-      block_launch(dim3(1, kMaxClusterSplits, 1), threads, smem, nullptr, kMaxClusterSplits, false, attr);
-  if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&can, cudaDevAttrClusterLaunch, dev) == cudaSuccess &&
-      can != 0 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.ptxVersion >= 90 && fa.binaryVersion >= 90 &&
-      cudaOccupancyMaxActiveClusters(&active, kernel, &cfg) == cudaSuccess && active > 0) {
-    limit = kMaxClusterSplits;
-  }
-  cudaGetLastError();  // clear: no cluster only means the workspace path
-  return limit;
-}
-
-// Dynamic shared memory for a launch of `kernel` that leaves room for ONE of its blocks on an SM: more
-// than half of an SM's shared memory (opting in to it once per instance), or `smem` itself where that is
-// already so (the 8-warp kernel's 196 KiB), where the device cannot give that much to one block, or where
-// a query fails. Why: a plan of one block per SM (Plan::mma_sm_exclusive) takes the block scheduler's
-// usual spread of an empty GPU, one block an SM, for granted. A launch placed programmatically, while the
-// previous kernel's blocks still run, found SMs in another state: on the H200 the 4-warp kernel's 100 KiB
-// blocks doubled up on some SMs and left others idle, GQA B=8 S=16k 167 us against 127 launched in stream
-// order (run 36, docs/H200_DECODE_PARITY.md).
-template <typename Kernel>
-size_t sm_exclusive_smem(Kernel kernel, size_t smem) {
-  int dev = 0, per_sm = 0, per_block = 0, reserved = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return smem;
-  }
-  // Two blocks would need 2 * (want + reserved) = per_sm + 32 bytes: more than the SM has.
-  const size_t want = static_cast<size_t>(per_sm / 2 - reserved + 16);
-  if (want <= smem || want > static_cast<size_t>(per_block)) return smem;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(want)) != cudaSuccess) {
-    cudaGetLastError();
-    return smem;
-  }
-  return want;
-}
-
 // ---- Kernel instances. Each is a type whose statics hold the device's answers for that instance.
 
 template <typename T, int VEC, int CPL, int ROWS, int LANES, bool MASKED>
@@ -182,49 +95,24 @@ struct Rows {
   }
 };
 
-template <typename T, int D, int WARPS>
-struct Mma {
-  static constexpr auto kernel = decode_attention_mma_kernel<T, D, WARPS>;
-  static constexpr size_t smem = mma_smem_bytes(D, WARPS);
-  // 0: it cannot run here (e.g. 196 KiB of shared memory on a GPU with less).
-  static int resident() {
-    static const int n = query_resident(kernel, WARPS * 32, smem, 0);
-    return n;
+// fn(std::integral_constant<int, D>{}) for a head dim of the tensor-core kernel (the plan checked it).
+template <typename Fn>
+auto by_mma_head_dim(int64_t D, Fn&& fn) {
+  switch (D) {
+    case 64: return fn(std::integral_constant<int, 64>{});
+    case 80: return fn(std::integral_constant<int, 80>{});
+    case 96: return fn(std::integral_constant<int, 96>{});
+    case 256: return fn(std::integral_constant<int, 256>{});
+    default: return fn(std::integral_constant<int, 128>{});
   }
-  static int cluster_limit() {  // after resident(), which opts in to the shared memory
-    static const int n = query_cluster_limit(kernel, WARPS * 32, smem);
-    return n;
-  }
-  static size_t sm_exclusive() {
-    static const size_t n = sm_exclusive_smem(kernel, smem);
-    return n;
-  }
-};
+}
 
 // The tensor-core kernel needs sm_80 instructions (mma.sync, ldmatrix, cp.async). In a build whose code
 // for this device comes from older targets (a T4 or V100 build, or PTX for one) they are compiled out,
 // so the plan must not pick that kernel there.
 bool mma_compiled() {
-  static const bool ok = [] {
-    cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, decode_attention_mma_kernel<__half, 128, 4>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return fa.ptxVersion >= 80 && fa.binaryVersion >= 80;
-  }();
+  static const bool ok = mma_facts<128>(ScalarType::kFloat16, 4, 1).sm80;
   return ok;
-}
-
-// The one place that maps a plan to its kernel instance: fn(Instance{}) with one of OneRow, Rows or
-// Mma<T, D, WARPS> (the latter for both warp counts: `warps` picks, 0 meaning "not chosen yet").
-template <typename T, typename Fn>
-Status with_mma(const DecodeAttentionParams& p, int warps, Fn&& fn) {
-  if constexpr (sizeof(T) == 2) {
-    if (p.head_dim == 64) return warps == 8 ? fn(Mma<T, 64, 8>{}) : fn(Mma<T, 64, 4>{});
-    return warps == 8 ? fn(Mma<T, 128, 8>{}) : fn(Mma<T, 128, 4>{});
-  }
-  return Status(Code::kInvalidArgument, "decode_attention_cuda: the tensor-core kernel needs a 16-bit cache");
 }
 
 template <typename T, typename Fn>
@@ -289,12 +177,9 @@ template <typename T>
 Status occupancy_of(const DecodeAttentionParams& p, const Plan& plan, decode_plan::KernelOccupancy* occ) {
   if (plan.mma_kernel) {
     for (int w : {4, 8}) {
-      PVT_RETURN_IF_ERROR(with_mma<T>(p, w, [&](auto inst) {
-        using I = decltype(inst);
-        occ->mma_resident[w == 8] = I::resident();
-        occ->mma_cluster_limit[w == 8] = I::cluster_limit();
-        return Status::Ok();
-      }));
+      const MmaFacts f = by_mma_head_dim(p.head_dim, [&](auto d) { return mma_facts<decltype(d)::value>(p.dtype, w, plan.mma_tiles); });
+      occ->mma_resident[w == 8] = f.resident;
+      occ->mma_cluster_limit[w == 8] = f.cluster_limit;
     }
     return Status::Ok();
   }
@@ -306,16 +191,6 @@ Status occupancy_of(const DecodeAttentionParams& p, const Plan& plan, decode_pla
 }
 
 // ---- Launches.
-
-// Queues `kernel(args...)` on `grid` (see block_launch).
-template <typename... Params, typename... Args>
-Status launch_kernel(void (*kernel)(Params...), dim3 grid, int threads, size_t smem, unsigned cluster_y,
-                     bool programmatic, cudaStream_t stream, Args... args) {
-  cudaLaunchAttribute attr[2];
-  const cudaLaunchConfig_t cfg = block_launch(grid, threads, smem, stream, cluster_y, programmatic, attr);
-  PVT_CU_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
-  return Status::Ok();
-}
 
 template <typename T>
 Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream_t stream) {
@@ -329,14 +204,7 @@ Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream
   const unsigned entries = static_cast<unsigned>(p.batch * p.kv_heads), grid_y = static_cast<unsigned>(plan.splits);
   Status s;
   if (plan.mma_kernel) {
-    // The splits of a kv head as one cluster where planned; no more blocks than SMs: one an SM, kept so
-    // by their shared memory. More (B=32: 256 blocks) run two an SM, as the 4-warp kernel's occupancy allows.
-    s = with_mma<T>(p, plan.mma_warps, [&](auto inst) {
-      using I = decltype(inst);
-      return launch_kernel(I::kernel, dim3(entries, grid_y, 1), plan.mma_warps * 32,
-                           plan.mma_sm_exclusive ? I::sm_exclusive() : I::smem, plan.cluster ? grid_y : 1,
-                           plan.programmatic, stream, p, splits, ws, plan.cluster);
-    });
+    s = by_mma_head_dim(p.head_dim, [&](auto d) { return mma_launch<decltype(d)::value>(p, plan, splits, ws, stream); });
   } else if (plan.rows_kernel) {
     s = with_rows<T>(plan, [&](auto inst) {
       return launch_kernel(decltype(inst)::kernel, dim3(entries, grid_y, static_cast<unsigned>(plan.row_groups)),

@@ -77,30 +77,37 @@ __device__ __forceinline__ int swz(int n, int c) {
   return n * CH + (c ^ (n & 7));
 }
 
-// T: __half or __nv_bfloat16; D: 64 or 128 (CH = D / 8 chunks of 16 bytes per key); WARPS: 4 or 8.
-// 8 warps put two warps on each scheduler, so one hides the other's dependency stalls, and halve the
-// instructions each warp issues per key (its share of the tile loads and MMAs): what a short block,
-// bound by its instruction latency, pays for (Nsight Compute on the H200, docs/H200_DECODE_PARITY.md).
-template <typename T, int D, int WARPS>
+// T: __half or __nv_bfloat16; D: 64, 80, 96, 128 or 256 (CH = D / 8 chunks of 16 bytes per key, rows of
+// CHS = mma_row_chunks(D) chunks in shared memory); WARPS: 4 or 8; MT: M-tiles of 16 rows (1, 2, 4, 8).
+// Warp w computes M-tile w % MT over key slice w / MT (16 keys) of every tile. 8 warps put two warps on
+// each scheduler, so one hides the other's dependency stalls, and halve the instructions each warp issues
+// per key (its share of the tile loads and MMAs): what a short block, bound by its instruction latency,
+// pays for (Nsight Compute on the H200, docs/H200_DECODE_PARITY.md).
+template <typename T, int D, int WARPS, int MT>
 __global__ void __launch_bounds__(WARPS * 32)
     decode_attention_mma_kernel(const DecodeAttentionParams p, const SplitCount splits, Workspace ws,
                                 const bool cluster) {
-  constexpr int CH = D / 8;   // 16-byte chunks per key
-  constexpr int KS = D / 16;  // k16 steps of Q K^T
-  constexpr int NT = D / 8;   // n8 tiles of O
-  constexpr int NTHR = WARPS * 32, kMmaKeys = 16 * WARPS;  // threads; keys per tile
-  static_assert(CH >= 8 && KS % 2 == 0, "head dims of 64 or 128");
-  static_assert(WARPS == 4 || WARPS == 8, "4 or 8 warps");
+  constexpr int CH = D / 8;                  // 16-byte chunks per key
+  constexpr int CHS = mma_row_chunks(D);     // ... per row in shared memory
+  constexpr int KS = D / 16;                 // k16 steps of Q K^T (odd at D = 80)
+  constexpr int NT = D / 8;                  // n8 tiles of O (even for every D here)
+  constexpr int NTHR = WARPS * 32, kMmaKeys = mma_tile_keys(WARPS, MT);  // threads; keys per tile
+  constexpr int STAGES = mma_stages(D, WARPS, MT);
+  constexpr int ROWS = kMmaMaxRows * MT;     // rows of the block
+  constexpr bool kQInRegisters = D <= 128;   // at 256, Q's fragments (64 registers) are read per tile instead
+  static_assert(mma_instance_exists(D, WARPS, MT), "an instance the planner can pick");
+  static_assert(NT % 2 == 0, "two n8 tiles of O per ldmatrix");
   extern __shared__ __align__(16) uint4 smem[];
   // Stage st of the K tile, and of the V tile.
-  auto sk = [&](int st) { return smem + st * (kMmaKeys * CH); };
-  auto sv = [&](int st) { return smem + (kMmaStages + st) * (kMmaKeys * CH); };
+  auto sk = [&](int st) { return smem + st * (kMmaKeys * CHS); };
+  auto sv = [&](int st) { return smem + (STAGES + st) * (kMmaKeys * CHS); };
 
   // 32-bit index arithmetic (the host checks batch x kv heads and the rows per kv head against the grid
   // limits): a 64-bit division is a subroutine call, and a short block's cost is its instruction count.
   const int kvh = static_cast<int>(p.kv_heads), bi = static_cast<int>(blockIdx.x) / kvh;
   const int64_t Tq = p.q_len, G = static_cast<int>(p.q_heads) / kvh, R = G * Tq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int mt = MT == 1 ? 0 : warp % MT, slice = MT == 1 ? warp : warp / MT;  // the warp's M-tile, key slice
   const int64_t b = bi, hk = static_cast<int>(blockIdx.x) - bi * kvh;
   const int64_t split = blockIdx.y;
 
@@ -115,62 +122,79 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int64_t ks0 = p.k_stride[0], vs0 = p.v_stride[0];
   const int64_t n_tiles = s_hi > s_lo ? (s_hi - s_lo + kMmaKeys - 1) / kMmaKeys : 0;
 
-  uint4* sq = smem + 2 * kMmaStages * (kMmaKeys * CH);  // the query rows, [16][CH] swizzled
+  uint4* sq = smem + 2 * STAGES * (kMmaKeys * CHS);  // the query rows, [ROWS][CHS] swizzled
 
   // Each thread copies one 16-byte chunk column `ch` of every KPI-th key of a tile: the addresses of
   // its chunks differ by a constant step, computed once (a short block's fixed cost is its
-  // instruction count: one warp per scheduler, every dependency exposed; Nsight Compute, H200).
+  // instruction count: one warp per scheduler, every dependency exposed; Nsight Compute, H200). Where
+  // the block's threads are not a whole number of keys (D = 80, 96) or cover more than a tile (short
+  // tiles of several M-tiles), chunk by chunk instead.
   constexpr int KPI = NTHR / CH;  // keys per pass of the block over a tile
-  static_assert(NTHR % CH == 0 && kMmaKeys % KPI == 0, "a tile is a whole number of passes");
+  constexpr bool kColumns = NTHR % CH == 0 && kMmaKeys % KPI == 0;
+  constexpr int kChunksPerThread = (kMmaKeys * CH + NTHR - 1) / NTHR;
   const int ch = static_cast<int>(threadIdx.x) % CH, key0 = static_cast<int>(threadIdx.x) / CH;
   const T* kp0 = kb + key0 * ks0 + ch * 8;
   const T* vp0 = vb + key0 * vs0 + ch * 8;
   const int64_t kstep = KPI * ks0, vstep = KPI * vs0;
   auto load_tile = [&](int64_t tile, int stage) {
     const int64_t t0 = s_lo + tile * kMmaKeys;
-    const T* kp = kp0 + t0 * ks0;
-    const T* vp = vp0 + t0 * vs0;
-    if (t0 + kMmaKeys <= s_hi) {  // a whole tile (all but a split's last): no per-key condition
+    const int left = t0 + kMmaKeys <= s_hi ? kMmaKeys : static_cast<int>(s_hi - t0);  // keys inside the split
+    if constexpr (kColumns) {
+      const T* kp = kp0 + t0 * ks0;
+      const T* vp = vp0 + t0 * vs0;
+      if (left == kMmaKeys) {  // a whole tile (all but a split's last): no per-key condition
 #pragma unroll
-      for (int it = 0; it < kMmaKeys / KPI; ++it) {
-        const int key = key0 + it * KPI;
-        cp_async16(sk(stage) + swz<CH>(key, ch), kp + it * kstep, true);
-        cp_async16(sv(stage) + swz<CH>(key, ch), vp + it * vstep, true);
+        for (int it = 0; it < kMmaKeys / KPI; ++it) {
+          const int key = key0 + it * KPI;
+          cp_async16(sk(stage) + swz<CHS>(key, ch), kp + it * kstep, true);
+          cp_async16(sv(stage) + swz<CHS>(key, ch), vp + it * vstep, true);
+        }
+      } else {
+#pragma unroll
+        for (int it = 0; it < kMmaKeys / KPI; ++it) {
+          const int key = key0 + it * KPI;
+          const bool ok = key < left;  // past the split: zeros, never read (and masked below)
+          cp_async16(sk(stage) + swz<CHS>(key, ch), ok ? kp + it * kstep : kb, ok);
+          cp_async16(sv(stage) + swz<CHS>(key, ch), ok ? vp + it * vstep : vb, ok);
+        }
       }
     } else {
-      const int left = static_cast<int>(s_hi - t0);  // keys of the tile inside the split, < kMmaKeys
 #pragma unroll
-      for (int it = 0; it < kMmaKeys / KPI; ++it) {
-        const int key = key0 + it * KPI;
-        const bool ok = key < left;  // past the split: zeros, never read (and masked below)
-        cp_async16(sk(stage) + swz<CH>(key, ch), ok ? kp + it * kstep : kb, ok);
-        cp_async16(sv(stage) + swz<CH>(key, ch), ok ? vp + it * vstep : vb, ok);
+      for (int it = 0; it < kChunksPerThread; ++it) {
+        const int c = it * NTHR + static_cast<int>(threadIdx.x);
+        const int key = c / CH, cc = c - key * CH;  // CH a constant: a multiply-high
+        if (kMmaKeys * CH % NTHR == 0 || c < kMmaKeys * CH) {
+          const bool ok = key < left;
+          const int64_t s = t0 + key;
+          cp_async16(sk(stage) + swz<CHS>(key, cc), ok ? kb + s * ks0 + cc * 8 : kb, ok);
+          cp_async16(sv(stage) + swz<CHS>(key, cc), ok ? vb + s * vs0 + cc * 8 : vb, ok);
+        }
       }
     }
     cp_async_commit();
   };
 
   // The query rows go first, 16-byte chunks by cp.async (the plan asks for a 16-byte-loadable q),
-  // zeros for rows that are not live; then the first kMmaStages - 1 tiles, in flight while the
-  // rows are read into registers. One commit group per tile slot, empty past the last tile, so that
-  // wait_group counts stay the same.
+  // zeros for rows that are not live; then the first STAGES - 1 tiles, in flight while the rows are
+  // read into registers. One commit group per tile slot, empty past the last tile, so that wait_group
+  // counts stay the same.
   const int tq = static_cast<int>(Tq), rows = static_cast<int>(R);
   {
     const T* q = static_cast<const T*>(p.q);
 #pragma unroll
-    for (int c = static_cast<int>(threadIdx.x); c < kMmaMaxRows * CH; c += NTHR) {
+    for (int c = static_cast<int>(threadIdx.x); c < ROWS * CH; c += NTHR) {
       const int row = c / CH, qc = c % CH;
       const int hg = row / tq, t = row - hg * tq;
       const bool live = row < rows && t < e.q_count;
       const int64_t at = live ? (p.cu_seqlens_q ? (e.q_begin + t) * p.q_stride[1] : b * p.q_stride[0] + t * p.q_stride[1]) +
                                     (hk * G + hg) * p.q_stride[2] + qc * 8
                               : 0;
-      cp_async16(sq + swz<CH>(row, qc), q + at, live);
+      cp_async16(sq + swz<CHS>(row, qc), q + at, live);
     }
     cp_async_commit();
   }
 #pragma unroll
-  for (int st = 0; st < kMmaStages - 1; ++st) {
+  for (int st = 0; st < STAGES - 1; ++st) {
     if (st < n_tiles) {
       load_tile(st, st);
     } else {
@@ -178,25 +202,30 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
   }
 
-  // This thread's two rows of every accumulator fragment, r0 = lane / 4 and r0 + 8: the keys they
-  // see, s < vis_end (causal, clipped to the split; s_lo for a row that is not this entry's).
-  const int r0 = lane / 4;
+  // This thread's two rows of every accumulator fragment, r0 = lane / 4 and r0 + 8 of the warp's M-tile:
+  // the keys they see, s < vis_end (causal, clipped to the split; s_lo for a row that is not this entry's).
+  const int r0 = lane / 4, m0 = mt * kMmaMaxRows;
   int64_t vis_end[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int row = r0 + 8 * i;
+    const int row = m0 + r0 + 8 * i;
     const int hg = row / tq, t = row - hg * tq;
     const bool live = row < rows && t < e.q_count;
     vis_end[i] = live ? (e.past + t + 1 < s_hi ? e.past + t + 1 : s_hi) : s_lo;
   }
 
-  // Q as the A operand, one fragment per k16 step, by ldmatrix (matrices: rows 0-7 / 8-15 x the
-  // step's two 8-element halves); the softmax scale is applied to the float32 scores.
-  cp_async_wait<kMmaStages - 1>();  // the rows' group has landed (the tiles may still fly)
+  // Q as the A operand, one fragment per k16 step, by ldmatrix (matrices: rows 0-7 / 8-15 of the warp's
+  // M-tile x the step's two 8-element halves); the softmax scale is applied to the float32 scores.
+  cp_async_wait<STAGES - 1>();  // the rows' group has landed (the tiles may still fly)
   __syncthreads();
-  uint32_t qa[KS][4];
+  const uint4* sq_lane = sq + (m0 + (lane & 7) + ((lane >> 3) & 1) * 8) * CHS;  // this lane's ldmatrix row
+  const int q_swz = (lane & 7) + ((lane >> 3) & 1) * 8;  // that row's index within its 8-row swizzle group
+  auto q_frag = [&](uint32_t* r, int ks) { ldmatrix_x4(r, sq_lane + ((2 * ks + (lane >> 4)) ^ (q_swz & 7))); };
+  uint32_t qa[kQInRegisters ? KS : 1][4];
+  if constexpr (kQInRegisters) {
 #pragma unroll
-  for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qa[ks], sq + swz<CH>((lane & 7) + ((lane >> 3) & 1) * 8, 2 * ks + (lane >> 4)));
+    for (int ks = 0; ks < KS; ++ks) q_frag(qa[ks], ks);
+  }
 
   // Scores in the log2 domain: exp(x) = exp2(x * log2 e).
   const float scale2 = p.scale * 1.4426950408889634f;
@@ -206,16 +235,16 @@ __global__ void __launch_bounds__(WARPS * 32)
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
   for (int64_t i = 0; i < n_tiles; ++i) {
-    cp_async_wait<kMmaStages - 2>();  // tile i has landed
-    __syncthreads();                  // ... for every thread; and every warp is done with tile i - 1
-    const int64_t next = i + kMmaStages - 1;
+    cp_async_wait<STAGES - 2>();  // tile i has landed
+    __syncthreads();              // ... for every thread; and every warp is done with tile i - 1
+    const int64_t next = i + STAGES - 1;
     if (next < n_tiles) {
-      load_tile(next, static_cast<int>(next % kMmaStages));  // into tile i - 1's stage
+      load_tile(next, static_cast<int>(next % STAGES));  // into tile i - 1's stage
     } else {
       cp_async_commit();
     }
-    const int stage = static_cast<int>(i % kMmaStages);
-    const int kw = warp * 16;                          // the warp's first key in the tile
+    const int stage = static_cast<int>(i % STAGES);
+    const int kw = slice * 16;                         // the warp's first key in the tile
     const int64_t s_w = s_lo + i * kMmaKeys + kw;      // its global index
     if (__any_sync(0xffffffffu, s_w < vis_end[0] || s_w < vis_end[1])) {  // warp-uniform: MMAs need every lane
       // S = Q K^T for the warp's 16 keys: two n8 tiles.
@@ -226,9 +255,19 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
         for (int kp = 0; kp < KS; kp += 2) {  // two k16 steps per ldmatrix.x4: chunks 2kp .. 2kp + 3
           uint32_t kf[4];
-          ldmatrix_x4(kf, sk(stage) + swz<CH>(key, 2 * kp + (lane >> 3)));
-          mma_16816<T>(s[nt], qa[kp], kf[0], kf[1]);
-          mma_16816<T>(s[nt], qa[kp + 1], kf[2], kf[3]);
+          ldmatrix_x4(kf, sk(stage) + swz<CHS>(key, 2 * kp + (lane >> 3)));  // past D (odd KS): padding
+          if constexpr (kQInRegisters) {
+            mma_16816<T>(s[nt], qa[kp], kf[0], kf[1]);
+            if (kp + 1 < KS) mma_16816<T>(s[nt], qa[kp + 1], kf[2], kf[3]);
+          } else {
+            uint32_t qf[4];
+            q_frag(qf, kp);
+            mma_16816<T>(s[nt], qf, kf[0], kf[1]);
+            if (kp + 1 < KS) {
+              q_frag(qf, kp + 1);
+              mma_16816<T>(s[nt], qf, kf[2], kf[3]);
+            }
+          }
         }
       }
       // Online softmax of rows r0 (s[.][0..1]) and r0 + 8 (s[.][2..3]); lanes 4r..4r+3 share a row.
@@ -282,7 +321,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
       for (int dn = 0; dn < NT; dn += 2) {  // two n8 tiles of dims (chunks dn, dn + 1) per ldmatrix
         uint32_t vf[4];
-        ldmatrix_x4_trans(vf, sv(stage) + swz<CH>(vkey, dn + (lane >> 4)));
+        ldmatrix_x4_trans(vf, sv(stage) + swz<CHS>(vkey, dn + (lane >> 4)));
         mma_16816<T>(o[dn], pa, vf[0], vf[1]);
         mma_16816<T>(o[dn + 1], pa, vf[2], vf[3]);
       }
@@ -292,7 +331,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   __syncthreads();  // the tiles' space is free for the merge below
 
   allow_next_grid();  // see decode_attention_kernel
-  // Each row's l over its 4 lanes, then the warps' states through shared memory (the tiles' space).
+  // Each row's l over its 4 lanes, then the key slices' states through shared memory (the tiles' space).
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {
     l[hi] += __shfl_xor_sync(0xffffffffu, l[hi], 1);
@@ -301,41 +340,44 @@ __global__ void __launch_bounds__(WARPS * 32)
   float* sm_o = reinterpret_cast<float*>(smem);               // [WARPS][16][D]
   float* sm_m = sm_o + WARPS * kMmaMaxRows * D;                // [WARPS][16]
   float* sm_l = sm_m + WARPS * kMmaMaxRows;                    // [WARPS][16]
-  float* st_m = sm_l + WARPS * kMmaMaxRows;                    // [16]: the block's partials (natural log)
-  float* st_l = st_m + kMmaMaxRows;                            // [16]
-  static_assert((WARPS * kMmaMaxRows * (D + 2) + 2 * kMmaMaxRows) * sizeof(float) <= mma_smem_bytes(D, WARPS),
-                "the merge fits the tiles' space");
+  float* st_m = sm_l + WARPS * kMmaMaxRows;                    // [ROWS]: the block's partials (natural log)
+  float* st_l = st_m + ROWS;                                   // [ROWS]
+  static_assert(mma_merge_bytes(D, WARPS, MT) <= mma_smem_bytes(D, WARPS, MT), "the merge fits the tiles' space");
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {
-    const int row = r0 + 8 * hi;
-    if (row >= rows) continue;  // not a live row (rows 8-15 of a GQA group of 4: the whole warp skips)
+    const int r = r0 + 8 * hi;
+    if (m0 + r >= rows) continue;  // not a live row (rows 8-15 of a GQA group of 4: the whole warp skips)
     if (lane % 4 == 0) {
-      sm_m[warp * kMmaMaxRows + row] = m[hi];
-      sm_l[warp * kMmaMaxRows + row] = l[hi];
+      sm_m[warp * kMmaMaxRows + r] = m[hi];
+      sm_l[warp * kMmaMaxRows + r] = l[hi];
     }
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       const int d = n * 8 + 2 * (lane % 4);
-      sm_o[(warp * kMmaMaxRows + row) * D + d] = o[n][2 * hi];
-      sm_o[(warp * kMmaMaxRows + row) * D + d + 1] = o[n][2 * hi + 1];
+      sm_o[(warp * kMmaMaxRows + r) * D + d] = o[n][2 * hi];
+      sm_o[(warp * kMmaMaxRows + r) * D + d + 1] = o[n][2 * hi + 1];
     }
   }
   __syncthreads();
 
-  // The warps' states merged into warp 0's slot (in place: element (row, d) is read and written by one
-  // thread only; m and l go to their own arrays).
+  // The key slices of each M-tile merged into its first slice's slot, warp mt's: row mt * 16 + r of the
+  // block is element (mt * 16 + r) * D + d there, so the merged rows lie in order. In place: element
+  // (row, d) is read and written by one thread only; m and l go to their own arrays.
+  constexpr int SLICES = WARPS / MT;
   for (int idx = threadIdx.x; idx < rows * D; idx += NTHR) {
     const int row = idx / D, d = idx % D;  // D is a constant: no division
+    const int tile = row / kMmaMaxRows, r = row % kMmaMaxRows;
     float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, sm_m[w * kMmaMaxRows + row]);
+    for (int j = 0; j < SLICES; ++j) mx = fmaxf(mx, sm_m[(tile + j * MT) * kMmaMaxRows + r]);
     float sum = 0.f, a = 0.f;
     if (mx != -INFINITY) {
 #pragma unroll
-      for (int w = 0; w < WARPS; ++w) {
-        const float c = exp2f(sm_m[w * kMmaMaxRows + row] - mx);
-        sum += sm_l[w * kMmaMaxRows + row] * c;
-        a += sm_o[(w * kMmaMaxRows + row) * D + d] * c;
+      for (int j = 0; j < SLICES; ++j) {
+        const int w = tile + j * MT;
+        const float c = exp2f(sm_m[w * kMmaMaxRows + r] - mx);
+        sum += sm_l[w * kMmaMaxRows + r] * c;
+        a += sm_o[(w * kMmaMaxRows + r) * D + d] * c;
       }
     }
     sm_o[row * D + d] = a;

@@ -98,10 +98,12 @@ bool mma_one_block_an_sm(const DecodeAttentionParams& p, const Plan& plan) {
   return p.batch * p.kv_heads * plan.splits <= plan.sms;
 }
 
+// Several M-tiles: always 8 warps (the only instances: each warp one M-tile of one key slice).
 int choose_mma_warps(const DecodeAttentionParams& p, const Plan& plan, const KernelOccupancy& occ) {
+  if (plan.mma_tiles > 1) return 8;
   const int forced = options_of(p).mma_warps;
   bool eight = forced != 0 ? forced == 8 : mma_one_block_an_sm(p, plan) && plan.keys_per_split <= kEightWarpsMaxKeys;
-  if (eight) eight = occ.mma_resident[1] > 0;
+  if (eight) eight = occ.mma_resident[1] > 0 && mma_instance_exists(static_cast<int>(p.head_dim), 8, 1);
   return eight ? 8 : 4;
 }
 
@@ -171,28 +173,31 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
     plan.chunks = kFallbackChunks;
     plan.rows = 1;
   }
-  // Several rows per kv head (GQA, Tq > 1), unmasked, a key of 8/16/32 chunks of 16 bytes: the
-  // shared-memory kernel (decode_attention_rows_cuda.cuh), one row per warp; for 16-bit caches with up
-  // to 16 rows per kv head and head_dim 64 or 128, all rows in one MMA (it copies q rows in 16-byte
-  // chunks too: contiguous head dim, 16-byte aligned rows). Options no_mma keeps the row-per-warp
-  // kernel and mma_mha takes the tensor-core kernel for every unmasked one-row case.
+  // Several rows per kv head (GQA, Tq > 1), unmasked: for 16-bit caches with up to 128 rows per kv head
+  // and head_dim 64, 80, 96, 128 or 256, all rows of a kv head on tensor cores (decode_attention_mma_cuda.cuh:
+  // 16-row M-tiles, as many as the rows need; it copies q rows in 16-byte chunks too: contiguous head dim,
+  // 16-byte aligned rows); otherwise, for a key of 8/16/32 chunks of 16 bytes, the shared-memory kernel
+  // (decode_attention_rows_cuda.cuh), one row per warp. Options no_mma keeps the row-per-warp kernel and
+  // mma_mha takes the tensor-core kernel for every unmasked one-row case.
   // One row per kv head (MHA decode) takes the tensor-core kernel where it covers every (entry, kv
   // head) in one wave of its two resident blocks per SM without splitting, and the context is short:
   // on the H200, B=8 S=1k 35.9 against 37.2 us for the one-row kernel, which splits in two and merges;
-  // elsewhere the one-row kernel was as fast or faster (B=1, B=32, S=16k).
+  // elsewhere the one-row kernel was as fast or faster (B=1, B=32, S=16k). Measured at head_dim 64 and
+  // 128 only, so only there.
   const int64_t key_chunks = D * eb / 16, entries = p.batch * p.kv_heads;
-  const bool one_wave_short = entries > plan.sms && entries <= 2 * plan.sms && p.kv_len <= 4096;
+  const bool one_wave_short = entries > plan.sms && entries <= 2 * plan.sms && p.kv_len <= 4096 && (D == 64 || D == 128);
   const bool q16 = p.q_stride[3] == 1 && aligned16(p.q) && p.q_stride[0] % vec == 0 && p.q_stride[1] % vec == 0 &&
                    p.q_stride[2] % vec == 0;
-  const bool mma = eb == 2 && q16 && R <= kMmaMaxRows && (D == 64 || D == 128) && device.mma_compiled &&
+  const bool mma = eb == 2 && q16 && R <= kMmaMaxRows * kMmaMaxTiles && mma_head_dim(D) && device.mma_compiled &&
                    !o.no_mma && (R >= 2 || one_wave_short || o.mma_mha);
-  if (plan.vectorised && p.mask == nullptr && (R >= 2 || mma) && D * eb % 16 == 0 &&
-      (key_chunks == 8 || key_chunks == 16 || key_chunks == 32)) {
+  const bool rows_kernel = R >= 2 && D * eb % 16 == 0 && (key_chunks == 8 || key_chunks == 16 || key_chunks == 32);
+  if (plan.vectorised && p.mask == nullptr && (mma || rows_kernel)) {
     plan.rows_kernel = !mma;
     plan.mma_kernel = mma;
     plan.lanes = static_cast<int>(key_chunks);
     plan.chunks = 1;
-    plan.rows = mma ? kMmaMaxRows : kWarps;
+    plan.mma_tiles = mma ? mma_tiles_for(R) : 1;
+    plan.rows = mma ? kMmaMaxRows * plan.mma_tiles : kWarps;
   }
   plan.row_groups = (R + plan.rows - 1) / plan.rows;
   plan.rows_total = p.batch * p.q_heads * p.q_len;
@@ -210,7 +215,8 @@ Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupanc
     const int w = plan->mma_warps == 8 ? 1 : 0;
     if (occupancy.mma_resident[w] == 0) {
       return Status(Code::kDriver, "decode_attention_cuda: the tensor-core kernel cannot be resident (" +
-                                       std::to_string(mma_smem_bytes(static_cast<int>(p.head_dim), plan->mma_warps)) +
+                                       std::to_string(mma_smem_bytes(static_cast<int>(p.head_dim), plan->mma_warps,
+                                                                     plan->mma_tiles)) +
                                        " bytes of shared memory)");
     }
     plan_cluster(p, plan, o.no_cluster ? 1 : occupancy.mma_cluster_limit[w]);

@@ -35,20 +35,56 @@ constexpr int kTile = 4;                  // keys per key group whose loads are 
 constexpr int kFallbackChunks = 8;        // scalar path: 32 lanes x 8 elements = head_dim 256
 constexpr int kMaxSplits = 128;
 constexpr int64_t kMinKeysPerSplit = 128; // below this a split costs more than it saves (but balance_splits)
-constexpr int kMmaMaxRows = 16;           // the M of the tensor-core kernel's MMA
-constexpr int kMmaStages = 3;             // its tiles in flight: two load while one is used
+constexpr int kMmaMaxRows = 16;           // the M of the tensor-core kernel's MMA: rows of one M-tile
+constexpr int kMmaMaxTiles = 8;           // M-tiles of one tensor-core block: 128 query rows per kv head
+constexpr int kMmaStages = 3;             // tiles in flight with one M-tile: two load while one is used
 constexpr int kMaxClusterSplits = 8;      // most blocks of a cluster: the portable limit (16 measured slower)
 constexpr int kMergeChunk = 16;           // splits merge_splits_kernel reads per L2 round trip
 
 // Keys one pass of a one-row block covers (its unit of work): kTile keys for each of its key groups.
 PVT_HOST_DEVICE constexpr int block_step(int lanes) { return kWarps * (32 / lanes) * kTile; }
 
-// Dynamic shared memory of the tensor-core kernel for head dim D and WARPS warps (tiles of 16 x WARPS
-// keys): kMmaStages stages of a K and a V tile, then the 16 query rows. 4 warps: 100 KiB at D = 128,
-// two blocks an SM; 8 warps: 196 KiB, one.
-PVT_HOST_DEVICE constexpr size_t mma_smem_bytes(int D, int WARPS) {
-  return (static_cast<size_t>(kMmaStages) * 2 * 16 * WARPS + kMmaMaxRows) * D * 2;
+// ---- The tensor-core kernel's shapes (decode_attention_mma_cuda.cuh), for head dim D, WARPS warps and
+// MT M-tiles of 16 rows. Its warps form MT row tiles x WARPS / MT key slices: each warp holds one 16-row
+// tile of accumulators (what a thread's registers allow at D = 256) over 16 keys of every K/V tile, so a
+// tile has 16 x WARPS / MT keys and all M-tiles share each tile's single trip from HBM.
+PVT_HOST_DEVICE constexpr bool mma_head_dim(int64_t D) { return D == 64 || D == 80 || D == 96 || D == 128 || D == 256; }
+// 16-byte chunks of a key row in shared memory: whole groups of 8, the XOR swizzle's span (80 and 96 pad
+// to 128: ldmatrix then reads the same conflict-free pattern).
+PVT_HOST_DEVICE constexpr int mma_row_chunks(int D) { return (D / 8 + 7) / 8 * 8; }
+PVT_HOST_DEVICE constexpr int mma_tile_keys(int WARPS, int MT) { return 16 * WARPS / MT; }
+constexpr size_t kMmaSmemBudget = 220 * 1024;  // of the H200's 227 KiB a block may opt in to
+// K and V stages plus the query rows, in bytes.
+PVT_HOST_DEVICE constexpr size_t mma_tiles_bytes(int D, int WARPS, int MT, int stages) {
+  return (static_cast<size_t>(stages) * 2 * mma_tile_keys(WARPS, MT) + kMmaMaxRows * MT) * mma_row_chunks(D) * 16;
 }
+// Stages: kMmaStages with one M-tile (the measured kernels of the tables); with more M-tiles the tiles are
+// shorter, so more of them (about 384 keys) stay in flight, as many as the budget allows.
+PVT_HOST_DEVICE constexpr int mma_stages(int D, int WARPS, int MT) {
+  int s = MT == 1 ? kMmaStages : 384 / mma_tile_keys(WARPS, MT);
+  s = s < 3 ? 3 : s > 12 ? 12 : s;
+  while (s > 2 && mma_tiles_bytes(D, WARPS, MT, s) > kMmaSmemBudget) --s;
+  return s;
+}
+// The warps' partial states at the end, in floats (they reuse the tiles' space): O, m and l per warp and
+// row, then the block's m and l per row.
+PVT_HOST_DEVICE constexpr size_t mma_merge_bytes(int D, int WARPS, int MT) {
+  return (static_cast<size_t>(WARPS) * kMmaMaxRows * (D + 2) + 2 * kMmaMaxRows * MT) * 4;
+}
+// Dynamic shared memory of the tensor-core kernel. One M-tile, D = 128: 100 KiB with 4 warps (two blocks
+// an SM), 196 KiB with 8 (one).
+PVT_HOST_DEVICE constexpr size_t mma_smem_bytes(int D, int WARPS, int MT) {
+  const size_t tiles = mma_tiles_bytes(D, WARPS, MT, mma_stages(D, WARPS, MT)), merge = mma_merge_bytes(D, WARPS, MT);
+  return tiles > merge ? tiles : merge;
+}
+// The instances built (decode_attention_mma_d*_cuda.cu): 4 or 8 warps for one M-tile, 8 for 2, 4 or 8
+// M-tiles; none whose shared memory is over the budget (8 warps, one M-tile at D = 256).
+PVT_HOST_DEVICE constexpr bool mma_instance_exists(int D, int WARPS, int MT) {
+  return mma_head_dim(D) && (MT == 1 ? (WARPS == 4 || WARPS == 8) : (WARPS == 8 && (MT == 2 || MT == 4 || MT == 8))) &&
+         mma_smem_bytes(D, WARPS, MT) <= kMmaSmemBudget;
+}
+// M-tiles for R query rows per kv head: a power of two, at most kMmaMaxTiles.
+PVT_HOST_DEVICE constexpr int mma_tiles_for(int64_t R) { return R <= 16 ? 1 : R <= 32 ? 2 : R <= 64 ? 4 : 8; }
 
 // What plan_kernel needs from the device.
 struct DeviceFacts {
@@ -59,7 +95,8 @@ struct DeviceFacts {
 // What plan_grid needs from the device about the kernel instance plan_kernel picked.
 struct KernelOccupancy {
   int resident = 4;                      // blocks an SM of the one-row or row-per-warp instance
-  int mma_resident[2] = {0, 0};          // of the tensor-core instance with 4 and with 8 warps (0: cannot run)
+  int mma_resident[2] = {0, 0};          // of the tensor-core instance (the plan's M-tiles) with 4 and with
+                                         // 8 warps (0: cannot run, or no such instance)
   int mma_cluster_limit[2] = {1, 1};     // kMaxClusterSplits where the device co-schedules clusters of
                                          // that many blocks of the 4- and 8-warp instance, else 1
 };
@@ -76,7 +113,8 @@ struct Plan {
   int64_t rows_total = 0;      // B * Hq * Tq: rows of the workspace
   bool rows_kernel = false;    // decode_attention_rows_kernel: K/V tiles in shared memory, a row per warp
   bool mma_kernel = false;     // decode_attention_mma_kernel: all rows of a kv head on tensor cores
-  int mma_warps = 4;           // ... with blocks of this many warps (4 or 8: tiles of 64 or 128 keys)
+  int mma_warps = 4;           // ... with blocks of this many warps (4 or 8)
+  int mma_tiles = 1;           // ... and this many M-tiles of 16 rows (1, 2, 4, 8): rows = 16 x mma_tiles
   bool mma_sm_exclusive = false;  // ... and no more blocks than SMs: launched with the shared memory
                                   // that keeps one block an SM (sm_exclusive_smem in the launcher)
   bool cluster = false;        // the splits of a row group are one thread-block cluster: merged in the

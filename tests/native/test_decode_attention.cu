@@ -6,7 +6,8 @@
 //   K/V, a K/V read straight from a SeqMajorCache (VM-mapped memory), the error statuses, and the
 //   split count's multiply-and-shift division (SplitCount). Each case runs in several passes (the plan,
 //   forced split counts and block sizes, and with its inputs written late by the kernel ahead: the
-//   programmatic launch's wait).
+//   programmatic launch's wait). The tensor-core kernel's families: 17-128 rows per kv head (2, 4, 8
+//   M-tiles) and head_dim 64, 80, 96, 128, 256, seq-major and per slot, each plan checked to be that kernel.
 //   Bandwidth: context {1k, 4k, 16k, 64k} x batch {1, 8}, 32 heads x 128 head_dim fp16, K/V in
 //   SeqMajorCaches; bytes of K+V read / kernel time, next to a device-to-device copy's bandwidth.
 // Usage: test_decode_attention [--no-bench | --bench-only]. Prints PASS/FAIL lines, "info bench ..."
@@ -235,6 +236,30 @@ void run_case(Report& r, const Case& c, std::mt19937& rng, cudaStream_t stream) 
 
 const char* dname(ScalarType t) { return scalar_type_name(t); }
 
+// The plan of a seq-major case on this device takes the tensor-core kernel with `tiles` M-tiles (the
+// planner reads no memory: placeholder, 16-byte aligned pointers).
+void expect_mma_plan(Report& r, const Case& c, int tiles) {
+  DecodeAttentionParams p;
+  p.batch = c.B; p.q_len = c.Tq; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.S;
+  p.dtype = c.dtype;
+  p.scale = 1.f;
+  p.options = &g_options;
+  p.q = reinterpret_cast<void*>(0x100000);
+  p.out = reinterpret_cast<void*>(0x200000);
+  p.k = reinterpret_cast<void*>(0x300000);
+  p.v = reinterpret_cast<void*>(0x400000);
+  const int64_t qs[4] = {c.Tq * c.Hq * c.D, c.Hq * c.D, c.D, 1}, ks[4] = {c.B * c.Hkv * c.D, c.Hkv * c.D, c.D, 1};
+  std::copy(qs, qs + 4, p.q_stride);
+  std::copy(qs, qs + 4, p.out_stride);
+  std::copy(ks, ks + 4, p.k_stride);
+  std::copy(ks, ks + 4, p.v_stride);
+  decode_plan::Plan plan;
+  if (!r.ok(decode_attention_cuda_plan(p, &plan), c.name + ".plan")) return;
+  char why[96];
+  std::snprintf(why, sizeof(why), "mma_kernel %d, mma_tiles %d (want 1, %d)", plan.mma_kernel, plan.mma_tiles, tiles);
+  r.check(plan.mma_kernel && plan.mma_tiles == tiles, c.name + ".plan_is_mma", why);
+}
+
 void test_matrix(Report& r, std::mt19937& rng, cudaStream_t stream) {
   struct Heads { const char* name; int64_t hq, hkv; };
   const Heads heads[] = {{"mha", 4, 4}, {"gqa", 8, 2}, {"mqa", 8, 1}};
@@ -292,6 +317,32 @@ void test_variants(Report& r, std::mt19937& rng, cudaStream_t stream) {
   for (Case& c : cs) {
     c.name = g_mode + "variant." + c.name;
     run_case(r, c, rng, stream);
+  }
+  // The tensor-core kernel past 16 rows per kv head (2, 4 and 8 M-tiles: MQA, GQA x Tq) and at head_dim
+  // 80, 96 and 256; each case's plan is checked to be that kernel with those M-tiles.
+  struct MmaCase { Case c; int tiles; };
+  const std::vector<MmaCase> mma = {
+      {{"mma.mqa32.tiles2.fp16", 2, 1, 32, 1, 128, 1500, f16}, 2},
+      {{"mma.d64.rows17.tiles2.fp16", 1, 1, 17, 1, 64, 333, f16}, 2},
+      {{"mma.starcoder48.tiles4.bf16", 2, 1, 48, 1, 128, 900, bf16}, 4},
+      {{"mma.gqa8_tq8.rows64.tiles4.bf16", 1, 8, 16, 2, 128, 600, bf16}, 4},
+      {{"mma.falcon71.d64.tiles8.bf16", 1, 1, 71, 1, 64, 700, bf16}, 8},
+      {{"mma.tq8.rows128.tiles8.fp16", 1, 8, 32, 2, 128, 400, f16}, 8},
+      {{"mma.tq3.rows99.tiles8.bf16", 1, 3, 33, 1, 128, 260, bf16}, 8},
+      {{"mma.gemma8.d256.bf16", 2, 1, 8, 1, 256, 2100, bf16}, 1},
+      {{"mma.d256.tq4.rows32.tiles2.fp16", 1, 4, 8, 1, 256, 800, f16}, 2},
+      {{"mma.d256.tq2.rows48.tiles4.bf16", 1, 2, 24, 1, 256, 500, bf16}, 4},
+      {{"mma.d256.tq4.rows128.tiles8.bf16", 1, 4, 64, 2, 256, 300, bf16}, 8},
+      {{"mma.d80.gqa8.fp16", 2, 1, 16, 2, 80, 1000, f16}, 1},
+      {{"mma.d80.tq5.rows40.tiles4.bf16", 1, 5, 16, 2, 80, 500, bf16}, 4},
+      {{"mma.d96.tq3.mha_rows3.bf16", 2, 3, 8, 8, 96, 700, bf16}, 1},
+      {{"mma.d96.mqa24.tiles2.fp16", 1, 1, 24, 1, 96, 2000, f16}, 2},
+      {{"mma.d96.rows128.tiles8.fp16", 1, 2, 64, 1, 96, 350, f16}, 8},
+  };
+  for (MmaCase m : mma) {
+    m.c.name = g_mode + "variant." + m.c.name;
+    if (!g_options.no_mma) expect_mma_plan(r, m.c, m.tiles);
+    run_case(r, m.c, rng, stream);
   }
 }
 
@@ -466,6 +517,15 @@ void test_varlen(Report& r, std::mt19937& rng, cudaStream_t stream) {
       {"decode.capacity_bound.mha.fp16", 3, 8192, 32, 32, 128, f16, {}, {1000, 4, 3001}, {1, 1, 1}, 1, 8192, {}, true},
       {"decode.capacity_bound.gqa.bf16", 2, 4000, 32, 8, 128, bf16, {}, {1023, 77}, {1, 1}, 1, 4000, {}, true},
       {"packed.capacity_bound.gqa.fp16", 2, 4096, 8, 2, 64, f16, {}, {500, 130}, {3, 2}, 3, 4096, {}, true},
+      // The tensor-core kernel's M-tiles and head dims (test_variants' mma.* cases) per slot: MQA, Falcon
+      // 71/1, speculative verify of 8 / 3 / 5 tokens at GQA 32/4 (64 rows), Gemma 8/1 at 256, 80 and 96.
+      {"decode.slots.mqa32.fp16", 3, 3000, 32, 1, 128, f16, {2, 0, 1}, {1500, 2998, 40}, {1, 1, 1}, 1, 3000, {}, true},
+      {"decode.slots.falcon71.d64.bf16", 2, 1200, 71, 1, 64, bf16, {}, {1199, 300}, {1, 1}, 1, 1200, {}, true},
+      {"packed.spec_verify.rows64.fp16", 3, 2048, 32, 4, 128, f16, {}, {100, 2000, 700}, {8, 3, 5}, 8, 2048, {}, true},
+      {"decode.slots.gemma.d256.bf16", 2, 2500, 8, 1, 256, bf16, {}, {2400, 17}, {1, 1}, 1, 2500, {}, true},
+      {"packed.seq_major.d256.rows32.fp16", 2, 900, 8, 1, 256, f16, {}, {800, 50}, {4, 2}, 4, 900, {}, false},
+      {"decode.slots.d80.bf16", 2, 800, 16, 2, 80, bf16, {}, {799, 5}, {1, 1}, 1, 800, {}, true},
+      {"decode.slots.d96.mqa32.fp16", 2, 1000, 32, 1, 96, f16, {1, 0}, {600, 999}, {1, 1}, 1, 1000, {}, true},
   };
   for (VarlenCase& c : cs) {
     c.name = g_mode + "varlen." + c.name;

@@ -1,0 +1,105 @@
+// The definitions behind decode_attention_mma_launch_cuda.cuh: for head dim D, the tensor-core kernel's
+// instances (fp16/bf16 x the warps and M-tiles of decode_plan::mma_instance_exists), each a type whose
+// statics hold the device's answers for it. Included by decode_attention_mma_d<D>_cuda.cu only, which
+// instantiates it for its D (PVT_DECODE_MMA_INSTANTIATE).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "decode_attention_launch_cuda.cuh"
+#include "decode_attention_mma_cuda.cuh"
+#include "decode_attention_mma_launch_cuda.cuh"
+
+namespace pvt {
+namespace decode_cuda {
+
+template <typename T, int D, int WARPS, int MT>
+struct Mma {
+  static constexpr auto kernel = decode_attention_mma_kernel<T, D, WARPS, MT>;
+  static constexpr size_t smem = mma_smem_bytes(D, WARPS, MT);
+  static MmaFacts facts() {
+    static const MmaFacts f = [] {
+      MmaFacts x;
+      x.exists = true;
+      cudaFuncAttributes fa;
+      if (cudaFuncGetAttributes(&fa, kernel) == cudaSuccess) {
+        x.sm80 = fa.ptxVersion >= 80 && fa.binaryVersion >= 80;
+      }
+      cudaGetLastError();
+      x.resident = query_resident(kernel, WARPS * 32, smem, 0);  // opts in to the shared memory first
+      if (x.resident > 0) x.cluster_limit = query_cluster_limit(kernel, WARPS * 32, smem);
+      return x;
+    }();
+    return f;
+  }
+  static size_t sm_exclusive() {  // after facts(), which opts in to the shared memory
+    static const size_t n = sm_exclusive_smem(kernel, smem);
+    return n;
+  }
+};
+
+// fn(Mma<T, D, W, MT>{}) for the built instance of (dtype, warps, tiles); `none` where there is none.
+template <int D, typename Fn, typename None>
+auto with_mma_instance(ScalarType dtype, int warps, int tiles, Fn&& fn, None&& none) {
+  auto by_type = [&](auto t) {
+    using T = decltype(t);
+    auto go = [&](auto w_c, auto mt_c) {
+      constexpr int W = decltype(w_c)::value, MT = decltype(mt_c)::value;
+      if constexpr (mma_instance_exists(D, W, MT)) {
+        return fn(Mma<T, D, W, MT>{});
+      } else {
+        return none();
+      }
+    };
+    using I1 = std::integral_constant<int, 1>;
+    using I2 = std::integral_constant<int, 2>;
+    using I4 = std::integral_constant<int, 4>;
+    using I8 = std::integral_constant<int, 8>;
+    if (tiles == 1) return warps == 8 ? go(I8{}, I1{}) : warps == 4 ? go(I4{}, I1{}) : none();
+    if (warps != 8) return none();
+    switch (tiles) {
+      case 2: return go(I8{}, I2{});
+      case 4: return go(I8{}, I4{});
+      case 8: return go(I8{}, I8{});
+      default: return none();
+    }
+  };
+  if (dtype == ScalarType::kFloat16) return by_type(__half{});
+  if (dtype == ScalarType::kBFloat16) return by_type(__nv_bfloat16{});
+  return none();
+}
+
+template <int D>
+MmaFacts mma_facts(ScalarType dtype, int warps, int tiles) {
+  return with_mma_instance<D>(dtype, warps, tiles, [](auto inst) { return decltype(inst)::facts(); },
+                              [] { return MmaFacts{}; });
+}
+
+template <int D>
+Status mma_launch(const DecodeAttentionParams& p, const decode_plan::Plan& plan, const SplitCount& splits,
+                  const Workspace& ws, cudaStream_t stream) {
+  const unsigned entries = static_cast<unsigned>(p.batch * p.kv_heads), grid_y = static_cast<unsigned>(plan.splits);
+  return with_mma_instance<D>(
+      p.dtype, plan.mma_warps, plan.mma_tiles,
+      [&](auto inst) {
+        using I = decltype(inst);
+        I::facts();  // the shared-memory opt-in, where planning did not ask (a plan made elsewhere)
+        return launch_kernel(I::kernel, dim3(entries, grid_y, 1), plan.mma_warps * 32,
+                             plan.mma_sm_exclusive ? I::sm_exclusive() : I::smem, plan.cluster ? grid_y : 1,
+                             plan.programmatic, stream, p, splits, ws, plan.cluster);
+      },
+      [&] {
+        return Status(Code::kInvalidArgument, "decode_attention_cuda: no tensor-core kernel for head_dim " +
+                                                  std::to_string(D) + ", " + std::to_string(plan.mma_warps) +
+                                                  " warps, " + std::to_string(plan.mma_tiles) + " M-tiles");
+      });
+}
+
+#define PVT_DECODE_MMA_INSTANTIATE(D)                                                                  \
+  template MmaFacts mma_facts<D>(ScalarType, int, int);                                               \
+  template Status mma_launch<D>(const DecodeAttentionParams&, const decode_plan::Plan&, const SplitCount&, \
+                                const Workspace&, cudaStream_t);
+
+}  // namespace decode_cuda
+}  // namespace pvt
