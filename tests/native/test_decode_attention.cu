@@ -10,7 +10,7 @@
 //   M-tiles) and head_dim 64, 80, 96, 128, 256, seq-major and per slot, each plan checked to be that kernel.
 //   Bandwidth: context {1k, 4k, 16k, 64k} x batch {1, 8}, 32 heads x 128 head_dim fp16, K/V in
 //   SeqMajorCaches; bytes of K+V read / kernel time, next to a device-to-device copy's bandwidth.
-// Usage: test_decode_attention [--no-bench | --bench-only]. Prints PASS/FAIL lines, "info bench ..."
+// Usage: test_decode_attention [--no-bench | --bench-only | --families-only]. Prints PASS/FAIL lines, "info bench ..."
 // lines, and "N passed, M failed"; exits non-zero on any failure.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -273,6 +273,11 @@ void test_matrix(Report& r, std::mt19937& rng, cudaStream_t stream) {
         }
 }
 
+// --families-only: only the tensor-core families' cases (test_mma_families, the family cases of
+// test_varlen), in the plan's own pass: what a copy with one of those paths broken on purpose runs
+// (tests/gpu/break_mma_families.sh).
+bool g_families_only = false;
+
 void test_variants(Report& r, std::mt19937& rng, cudaStream_t stream) {
   const ScalarType f16 = ScalarType::kFloat16, bf16 = ScalarType::kBFloat16, f32 = ScalarType::kFloat32;
   std::vector<Case> cs = {
@@ -318,6 +323,10 @@ void test_variants(Report& r, std::mt19937& rng, cudaStream_t stream) {
     c.name = g_mode + "variant." + c.name;
     run_case(r, c, rng, stream);
   }
+}
+
+void test_mma_families(Report& r, std::mt19937& rng, cudaStream_t stream) {
+  const ScalarType f16 = ScalarType::kFloat16, bf16 = ScalarType::kBFloat16;
   // The tensor-core kernel past 16 rows per kv head (2, 4 and 8 M-tiles: MQA, GQA x Tq) and at head_dim
   // 80, 96 and 256; each case's plan is checked to be that kernel with those M-tiles.
   struct MmaCase { Case c; int tiles; };
@@ -519,15 +528,16 @@ void test_varlen(Report& r, std::mt19937& rng, cudaStream_t stream) {
       {"packed.capacity_bound.gqa.fp16", 2, 4096, 8, 2, 64, f16, {}, {500, 130}, {3, 2}, 3, 4096, {}, true},
       // The tensor-core kernel's M-tiles and head dims (test_variants' mma.* cases) per slot: MQA, Falcon
       // 71/1, speculative verify of 8 / 3 / 5 tokens at GQA 32/4 (64 rows), Gemma 8/1 at 256, 80 and 96.
-      {"decode.slots.mqa32.fp16", 3, 3000, 32, 1, 128, f16, {2, 0, 1}, {1500, 2998, 40}, {1, 1, 1}, 1, 3000, {}, true},
-      {"decode.slots.falcon71.d64.bf16", 2, 1200, 71, 1, 64, bf16, {}, {1199, 300}, {1, 1}, 1, 1200, {}, true},
-      {"packed.spec_verify.rows64.fp16", 3, 2048, 32, 4, 128, f16, {}, {100, 2000, 700}, {8, 3, 5}, 8, 2048, {}, true},
-      {"decode.slots.gemma.d256.bf16", 2, 2500, 8, 1, 256, bf16, {}, {2400, 17}, {1, 1}, 1, 2500, {}, true},
-      {"packed.seq_major.d256.rows32.fp16", 2, 900, 8, 1, 256, f16, {}, {800, 50}, {4, 2}, 4, 900, {}, false},
-      {"decode.slots.d80.bf16", 2, 800, 16, 2, 80, bf16, {}, {799, 5}, {1, 1}, 1, 800, {}, true},
-      {"decode.slots.d96.mqa32.fp16", 2, 1000, 32, 1, 96, f16, {1, 0}, {600, 999}, {1, 1}, 1, 1000, {}, true},
+      {"family.decode.slots.mqa32.fp16", 3, 3000, 32, 1, 128, f16, {2, 0, 1}, {1500, 2998, 40}, {1, 1, 1}, 1, 3000, {}, true},
+      {"family.decode.slots.falcon71.d64.bf16", 2, 1200, 71, 1, 64, bf16, {}, {1199, 300}, {1, 1}, 1, 1200, {}, true},
+      {"family.packed.spec_verify.rows64.fp16", 3, 2048, 32, 4, 128, f16, {}, {100, 2000, 700}, {8, 3, 5}, 8, 2048, {}, true},
+      {"family.decode.slots.gemma.d256.bf16", 2, 2500, 8, 1, 256, bf16, {}, {2400, 17}, {1, 1}, 1, 2500, {}, true},
+      {"family.packed.seq_major.d256.rows32.fp16", 2, 900, 8, 1, 256, f16, {}, {800, 50}, {4, 2}, 4, 900, {}, false},
+      {"family.decode.slots.d80.bf16", 2, 800, 16, 2, 80, bf16, {}, {799, 5}, {1, 1}, 1, 800, {}, true},
+      {"family.decode.slots.d96.mqa32.fp16", 2, 1000, 32, 1, 96, f16, {1, 0}, {600, 999}, {1, 1}, 1, 1000, {}, true},
   };
   for (VarlenCase& c : cs) {
+    if (g_families_only && c.name.find("family.") != 0) continue;
     c.name = g_mode + "varlen." + c.name;
     run_varlen(r, c, rng, stream);
   }
@@ -758,7 +768,8 @@ void bench(Report& r, cudaStream_t stream) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  const bool run_tests = mode != "--bench-only", run_bench = mode != "--no-bench";
+  g_families_only = mode == "--families-only";
+  const bool run_tests = mode != "--bench-only", run_bench = mode != "--no-bench" && !g_families_only;
   Report r;
   cudaDeviceProp prop;
   if (!r.check(cudaGetDeviceProperties(&prop, 0) == cudaSuccess, "runtime.device")) return r.finish();
@@ -786,10 +797,17 @@ int main(int argc, char** argv) {
       g_options.no_cluster = m.no_cluster;
       g_options.splits = m.splits;
       g_options.mma_warps = m.warps;
+      if (g_families_only) {
+        test_mma_families(r, rng, stream);
+        test_varlen(r, rng, stream);
+        break;  // the plan's own pass only
+      }
       test_matrix(r, rng, stream);
       test_variants(r, rng, stream);
+      test_mma_families(r, rng, stream);
       test_varlen(r, rng, stream);
     }
+    if (g_families_only) return r.finish();
     g_options = DecodeOptions{};
     g_mode.clear();
     g_late_inputs = false;

@@ -1,0 +1,182 @@
+"""Decode attention per model family on the H200 (issue 32, point 2): ours against PyTorch's best SDPA
+backend in one process, each call reading K/V that are not in L2, GPU time from CUDA-graph replay.
+
+Families (q heads / kv heads, head_dim): Llama-2-7B 32/32 128, Llama-3-8B 32/8 128, Llama-3-70B 64/8
+128, Qwen2-7B 28/4 128, Gemma 8/1 256, Falcon-7B 71/1 64, StarCoder 48/1 128, Phi-3 32/32 96, a 16/16
+head_dim-64 model. B in {1, 4, 16, 64}, S in {512, 2k, 8k, 32k} where K+V fit --max-gib (per copy; the
+contenders hold three layouts of it), fp16 and bf16; then speculative verify, Tq 2-8 new tokens a
+sequence, for Llama-3-8B and Qwen2-7B.
+  sdpa_<backend>  F.scaled_dot_product_attention on contiguous [B, H, S, D] (cudnn, flash, efficient;
+                  enable_gqa where Hq != Hkv). Speculative rows: no mask (every query sees every key: the
+                  same bytes, at most 8 of >= 2k keys more work); a backend that refuses a shape is noted.
+  ours_seq        decode_attention_cuda over a seq-major cache [S, B, Hkv, D], kv_len = S
+  ours_slot       the same over a per-slot cache [B, S + 64, Hkv, D] with cache_seqlens on the device
+Cold L2: rows whose K+V are under 3 x L2 have ceil(3 x L2 / K+V) copies, read in turn (as a decode
+step reads each layer's cache once); larger rows have one copy (they do not fit L2). Each contender:
+`iters` calls captured in a CUDA graph, replayed; the best of --reps repetitions, contenders in a seeded
+order each repetition. GB/s: K+V bytes read once / time; % of copy: against a 1 GiB device-to-device
+copy (read + write) in the same process. Outputs are checked against an fp32 reference (math SDPA;
+bottom-right causal for speculative rows) on the first copy, where K/V repeated per query head stay
+under 1 GiB.
+Usage: python3 tests/gpu/bench_families.py OUT.json [--quick] [--reps N] [--max-gib G] [--dtypes fp16,bf16]
+       [--only NAME,...] [--budget-s SECONDS]
+"""
+import json
+import random
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import build  # noqa: E402
+from bench_attention import copy_rate, graphed, per_slot, seq_major, timed  # noqa: E402
+
+FAMILIES = (("llama2_7b", 32, 32, 128), ("llama3_8b", 32, 8, 128), ("llama3_70b", 64, 8, 128),
+            ("qwen2_7b", 28, 4, 128), ("gemma", 8, 1, 256), ("falcon_7b", 71, 1, 64), ("starcoder", 48, 1, 128),
+            ("phi3", 32, 32, 96), ("mha16_d64", 16, 16, 64))
+BACKENDS = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
+            ("efficient", SDPBackend.EFFICIENT_ATTENTION))
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def shapes():
+    """(family, Hq, Hkv, D, B, S, Tq): the families the tensor-core kernel's new paths serve first (MQA,
+    head_dim 256, a group of 7), then the speculative rows, then the rest (a time budget cuts the end)."""
+    order = ("falcon_7b", "starcoder", "gemma", "qwen2_7b", "llama3_8b", "llama3_70b", "llama2_7b", "phi3", "mha16_d64")
+    fams = sorted(FAMILIES, key=lambda f: order.index(f[0]))
+    for i, (name, hq, hkv, d) in enumerate(fams):
+        for B in (1, 4, 16, 64):
+            for S in (512, 2048, 8192, 32768):
+                yield name, hq, hkv, d, B, S, 1
+        if i == 4:  # after Llama-3-8B: speculative verify for it and Qwen2-7B
+            for sname, shq, shkv, sd in (f for f in FAMILIES if f[0] in ("llama3_8b", "qwen2_7b")):
+                for B, S in ((4, 2048), (16, 8192)):
+                    for tq in (2, 4, 8):
+                        yield sname, shq, shkv, sd, B, S, tq
+
+
+def reference(q, k, v, tq):
+    """fp32 math SDPA, bottom-right causal over the last tq keys; q [B, Hq, Tq, D], k/v [B, Hkv, S, D]."""
+    S = k.shape[2]
+    mask = None
+    if tq > 1:
+        mask = torch.ones(tq, S, dtype=torch.bool, device=q.device).tril(S - tq)
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                              enable_gqa=k.shape[1] != q.shape[1])
+
+
+def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps):
+    kv_bytes = 2 * B * S * hkv * D * 2
+    n = min(512, -(-3 * l2 // kv_bytes)) if kv_bytes < 3 * l2 else 1  # 512 copies: 128 KiB rows, 64 MiB
+    est_us = kv_bytes / 3.5e6 + 8
+    iters = n * max(1, -(-int(max(3, min(100, 2000 / est_us))) // n))
+    r = {"family": fam, "dtype": [k for k, v in DTYPES.items() if v == dt][0], "q_heads": hq, "kv_heads": hkv,
+         "head_dim": D, "B": B, "S": S, "Tq": tq, "kv_mib": round(kv_bytes / 2**20, 1), "copies": n, "iters": iters}
+    q = torch.randn(B, hq, tq, D, device="cuda", dtype=dt)
+    qo = q.transpose(1, 2)  # [B, Tq, Hq, D] view
+    k = [torch.randn(B, hkv, S, D, device="cuda", dtype=dt) for _ in range(n)]
+    v = [torch.randn_like(k[0]) for _ in range(n)]
+    ks, vs = [seq_major(x) for x in k], [seq_major(x) for x in v]
+    smax = S + 64
+    kl, vl = [per_slot(x, smax) for x in k], [per_slot(x, smax) for x in v]
+    lens = torch.full((B,), S - tq, dtype=torch.int32, device="cuda")
+    out = {x: torch.empty(B, tq, hq, D, device="cuda", dtype=dt) for x in ("ours_seq", "ours_slot")}
+    ws = torch.empty(max(1, ext.workspace_bytes(qo, ks[0], vs[0], out["ours_seq"], S),
+                         ext.workspace_bytes(qo, kl[0], vl[0], out["ours_slot"], smax, lens)),
+                     dtype=torch.uint8, device="cuda")
+    turn = [0]
+
+    def nxt():
+        turn[0] = (turn[0] + 1) % n
+        return turn[0]
+
+    def sd(be):
+        def call():
+            i = nxt()
+            with sdpa_kernel(be):
+                return F.scaled_dot_product_attention(q, k[i], v[i], enable_gqa=hkv != hq)
+        return call
+    fns = {"sdpa_" + name: sd(be) for name, be in BACKENDS}
+    fns["ours_seq"] = lambda: ext.attention(qo, ks[nxt()], vs[turn[0]], out["ours_seq"], S, ws)
+    fns["ours_slot"] = lambda: ext.attention(qo, kl[nxt()], vl[turn[0]], out["ours_slot"], smax, ws, lens)
+    # The math reference repeats K/V per query head in fp32: only where that stays small.
+    ref = reference(q, k[0], v[0], tq).transpose(1, 2) if kv_bytes * (hq // hkv) <= 2**30 else None
+    graphs = {}
+    for name, fn in fns.items():
+        turn[0] = n - 1  # the next call reads copy 0
+        try:
+            o = fn()
+            torch.cuda.synchronize()
+            o = o.transpose(1, 2) if o is not None else out[name]
+            if ref is not None and (name.startswith("ours") or tq == 1):
+                r["err_" + name] = round(float((o.float() - ref).abs().max()), 5)
+            graphs[name] = graphed(fn, iters)
+        except Exception as ex:  # a backend that does not take this shape
+            torch.cuda.synchronize()
+            r[name + "_error"] = str(ex).split("\n")[0][:90]
+    best = {name: float("inf") for name in graphs}
+    order = list(graphs)
+    for rep in range(reps):
+        random.Random(rep).shuffle(order)
+        for name in order:
+            best[name] = min(best[name], timed(graphs[name].replay, 1) / iters)
+    for name in graphs:
+        r[name + "_us"] = round(best[name], 2)
+    sdpa = [(best[x], x) for x in graphs if x.startswith("sdpa_")]
+    for lay in ("seq", "slot"):
+        if "ours_" + lay in best:
+            r[lay + "_gbs"] = round(kv_bytes / best["ours_" + lay] / 1e3)
+            r[lay + "_pct_copy"] = round(100 * r[lay + "_gbs"] / copy_gbs, 1)
+    if sdpa:
+        sd_best = min(sdpa)
+        r["sdpa_best"], r["sdpa_best_us"] = sd_best[1], round(sd_best[0], 2)
+        r["sdpa_gbs"] = round(kv_bytes / sd_best[0] / 1e3)
+        for lay in ("seq", "slot"):
+            if "ours_" + lay in best:
+                r[lay + "_vs_best"] = round(best["ours_" + lay] / sd_best[0], 3)
+    del graphs, q, k, v, ks, vs, kl, vl, fns, ws
+    torch.cuda.empty_cache()
+    return r
+
+
+def main():
+    out_path = sys.argv[1]
+    arg = lambda flag, default: sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default  # noqa: E731
+    reps = int(arg("--reps", 3))
+    max_gib = float(arg("--max-gib", 16))
+    budget_s = float(arg("--budget-s", 1e9))
+    dts = [DTYPES[x] for x in arg("--dtypes", "fp16,bf16").split(",")]
+    only = set(arg("--only", "").split(",")) - {""}
+    ext = build.load()
+    torch.manual_seed(0)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    copy_gbs = copy_rate()
+    head = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "d2d_copy_gbs": round(copy_gbs),
+            "l2_mib": round(l2 / 2**20, 1), "reps": reps, "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    print(json.dumps(head), flush=True)
+    rows, skipped, t0 = [], [], time.time()
+    for fam, hq, hkv, D, B, S, tq in shapes():
+        for dt in dts:
+            if only and fam not in only:
+                continue
+            if "--quick" in sys.argv and (B not in (1, 16) or S not in (512, 8192)) and tq == 1:
+                continue
+            kv_bytes = 2 * B * S * hkv * D * 2
+            if kv_bytes > max_gib * 2**30 or time.time() - t0 > budget_s:
+                skipped.append([fam, str(dt), B, S, tq])
+                continue
+            r = row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    head["rows"], head["skipped"] = rows, skipped
+    head["elapsed_s"] = round(time.time() - t0, 1)
+    with open(out_path, "w") as f:
+        json.dump(head, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
