@@ -39,34 +39,35 @@ struct Mma {
   }
 };
 
-// fn(Mma<T, D, W, MT>{}) for the built instance of (dtype, warps, tiles); `none` where there is none.
+// fn(Mma<T, D, W, MT>{}) where that instance is built, else none(). Plain function templates, no generic
+// lambdas: nvcc's host pass deduced `decltype(t)` of a lambda's `auto t` as a reference (Mma<__half&, ...>,
+// whose kernel stub the device code never registered: every query about it failed, and the planner then
+// took the tensor-core kernel for absent; H200 run of 2026-12-01 20:40 UTC).
+template <typename T, int D, int W, int MT, typename Fn, typename None>
+auto mma_instance(Fn& fn, None& none) {
+  if constexpr (mma_instance_exists(D, W, MT)) {
+    return fn(Mma<T, D, W, MT>{});
+  } else {
+    return none();
+  }
+}
+
+template <typename T, int D, typename Fn, typename None>
+auto mma_typed(int warps, int tiles, Fn& fn, None& none) {
+  if (tiles == 1) return warps == 8 ? mma_instance<T, D, 8, 1>(fn, none) : warps == 4 ? mma_instance<T, D, 4, 1>(fn, none) : none();
+  if (warps != 8) return none();
+  switch (tiles) {
+    case 2: return mma_instance<T, D, 8, 2>(fn, none);
+    case 4: return mma_instance<T, D, 8, 4>(fn, none);
+    case 8: return mma_instance<T, D, 8, 8>(fn, none);
+    default: return none();
+  }
+}
+
 template <int D, typename Fn, typename None>
 auto with_mma_instance(ScalarType dtype, int warps, int tiles, Fn&& fn, None&& none) {
-  auto by_type = [&](auto t) {
-    using T = decltype(t);
-    auto go = [&](auto w_c, auto mt_c) {
-      constexpr int W = decltype(w_c)::value, MT = decltype(mt_c)::value;
-      if constexpr (mma_instance_exists(D, W, MT)) {
-        return fn(Mma<T, D, W, MT>{});
-      } else {
-        return none();
-      }
-    };
-    using I1 = std::integral_constant<int, 1>;
-    using I2 = std::integral_constant<int, 2>;
-    using I4 = std::integral_constant<int, 4>;
-    using I8 = std::integral_constant<int, 8>;
-    if (tiles == 1) return warps == 8 ? go(I8{}, I1{}) : warps == 4 ? go(I4{}, I1{}) : none();
-    if (warps != 8) return none();
-    switch (tiles) {
-      case 2: return go(I8{}, I2{});
-      case 4: return go(I8{}, I4{});
-      case 8: return go(I8{}, I8{});
-      default: return none();
-    }
-  };
-  if (dtype == ScalarType::kFloat16) return by_type(__half{});
-  if (dtype == ScalarType::kBFloat16) return by_type(__nv_bfloat16{});
+  if (dtype == ScalarType::kFloat16) return mma_typed<__half, D>(warps, tiles, fn, none);
+  if (dtype == ScalarType::kBFloat16) return mma_typed<__nv_bfloat16, D>(warps, tiles, fn, none);
   return none();
 }
 

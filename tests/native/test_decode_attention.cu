@@ -331,6 +331,7 @@ void test_mma_families(Report& r, std::mt19937& rng, cudaStream_t stream) {
   // 80, 96 and 256; each case's plan is checked to be that kernel with those M-tiles.
   struct MmaCase { Case c; int tiles; };
   const std::vector<MmaCase> mma = {
+      {{"mma.gqa32_8.tiles1.fp16", 2, 1, 32, 8, 128, 1000, f16}, 1},  // the measured kernel of the tables
       {{"mma.mqa32.tiles2.fp16", 2, 1, 32, 1, 128, 1500, f16}, 2},
       {{"mma.d64.rows17.tiles2.fp16", 1, 1, 17, 1, 64, 333, f16}, 2},
       {{"mma.starcoder48.tiles4.bf16", 2, 1, 48, 1, 128, 900, bf16}, 4},
