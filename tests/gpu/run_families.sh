@@ -2,33 +2,33 @@
 # Issue 32 on the H200 in one go. The native tests of the decode attention come prebuilt (nvcc for sm_90,
 # in PREBUILT: test_decode_plan, test_decode_attention, and test_decode_attention_broken, the copy with
 # the tensor-core families broken on purpose by tests/gpu/break_mma_families.sh). While the torch
-# extension builds: test_decode_plan, then test_decode_attention --no-bench (cut at FULL_TEST_S seconds,
-# default 600: its passes run in order, the plan's own first). Then the broken copy and memcheck on the
-# family cases (--families-only), then the family table (tests/gpu/bench_families.py). Logs and JSON in $OUT.
+# extension builds: test_decode_plan, the broken copy and memcheck on the family cases (--families-only),
+# then test_decode_attention --no-bench (cut at FULL_TEST_S seconds, default 600: its passes run in order,
+# the plan's own first). Then the family table (tests/gpu/bench_families.py). Logs and JSON in $OUT.
 # Usage (repository root): [FULL_TEST_S=N] bash tests/gpu/run_families.sh PREBUILT [bench_families.py args...]
 set -uo pipefail
 O=${OUT:-/tmp/out}
 P=$1; shift
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1; } > "$O/machine.txt"
-(MAX_JOBS=14 python3 tests/gpu/build.py > "$O/ext_build.log" 2>&1; echo "ext build rc=$? at ${SECONDS}s" >> "$O/ext_build.log") &
+(MAX_JOBS=16 python3 tests/gpu/build.py > "$O/ext_build.log" 2>&1; echo "ext build rc=$? at ${SECONDS}s" >> "$O/ext_build.log") &
 ext=$!
 summary() {  # the log's failures (first 30), its last line
   grep -E "^FAIL" "$1" | head -30; tail -1 "$1"
 }
 {
   echo "== test_decode_plan"; "$P"/test_decode_plan > "$O/t.log" 2>&1; echo "rc=$?"; summary "$O/t.log"
-  echo "== test_decode_attention --no-bench, cut at ${FULL_TEST_S:-600}s (start ${SECONDS}s)"
-  timeout "${FULL_TEST_S:-600}" "$P"/test_decode_attention --no-bench > "$O/full_test.log" 2>&1; echo "rc=$?"
-  summary "$O/full_test.log"; echo "passed: $(grep -c '^PASS' "$O/full_test.log"), failed: $(grep -c '^FAIL' "$O/full_test.log")"
-  grep -E "^info plan" "$O/full_test.log" | head -3
-  wait $ext
   echo "== broken on purpose: test_decode_attention_broken --families-only (start ${SECONDS}s)"
   "$P"/test_decode_attention_broken --families-only > "$O/t.log" 2>&1; echo "rc=$?"
   grep -E "^PASS variant.mma|^PASS varlen.family" "$O/t.log" | grep -v "\.plan\|\.reference\|\.alloc\|\.upload\|\.launch\|\.sync" | head
   echo "family cases failing: $(grep -E '^FAIL' "$O/t.log" | grep -vc '\.plan')"; tail -1 "$O/t.log"
   echo "== memcheck test_decode_attention --families-only (start ${SECONDS}s)"
   compute-sanitizer --tool memcheck "$P"/test_decode_attention --families-only 2>&1 | grep -E "ERROR SUMMARY|passed|^=+ .*(Invalid|Error)" | head -8
+  echo "== test_decode_attention --no-bench, cut at ${FULL_TEST_S:-600}s (start ${SECONDS}s)"
+  timeout "${FULL_TEST_S:-600}" "$P"/test_decode_attention --no-bench > "$O/full_test.log" 2>&1; echo "rc=$?"
+  summary "$O/full_test.log"; echo "passed: $(grep -c '^PASS' "$O/full_test.log"), failed: $(grep -c '^FAIL' "$O/full_test.log")"
+  grep -E "^info plan" "$O/full_test.log" | head -3
+  wait $ext
 } > "$O/native.log" 2>&1
 rm -f "$O/t.log"
 tail -1 "$O/ext_build.log"
