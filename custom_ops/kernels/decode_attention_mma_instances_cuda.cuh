@@ -23,8 +23,11 @@ struct Mma {
       MmaFacts x;
       x.exists = true;
       cudaFuncAttributes fa;
-      if (cudaFuncGetAttributes(&fa, kernel) == cudaSuccess) {
+      const cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
+      if (e == cudaSuccess) {
         x.sm80 = fa.ptxVersion >= 80 && fa.binaryVersion >= 80;
+      } else {
+        x.query_error = static_cast<int>(e);
       }
       cudaGetLastError();
       x.resident = query_resident(kernel, WARPS * 32, smem, 0);  // opts in to the shared memory first

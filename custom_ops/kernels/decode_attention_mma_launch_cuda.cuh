@@ -24,6 +24,7 @@ struct MmaFacts {
   bool sm80 = false;        // its code for this device has the sm_80 instructions (mma.sync, ldmatrix, cp.async)
   int resident = 0;         // blocks an SM (0: it cannot run here, e.g. too little shared memory)
   int cluster_limit = 1;    // kMaxClusterSplits where clusters of that many blocks are co-scheduled, else 1
+  int query_error = 0;      // the cudaError_t of a failed attribute query (0: none), for diagnostics
 };
 
 // For head dim D (one of decode_plan::mma_head_dim), dtype fp16 or bf16 (others: no instance).

@@ -95,6 +95,60 @@ def per_slot(x, smax):
     return slot.transpose(0, 1)
 
 
+class Rotation:
+    """Which of n copies of a row's inputs the next call reads: each call another, so that no call finds
+    its K/V in L2 (cold()). The index is taken when a call is made, so a graph captured from these calls
+    records the copies in turn."""
+    def __init__(self, n):
+        self.n, self.turn = n, n - 1
+
+    def next(self):
+        self.turn = (self.turn + 1) % self.n
+        return self.turn
+
+
+def rotating_sdpa(rot, q, k, v, backend, gqa):
+    """A call of SDPA with `backend` on the next copy of K/V (lists of [B, Hkv, S, D])."""
+    def call():
+        i = rot.next()
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k[i], v[i], enable_gqa=gqa)
+    return call
+
+
+def capture_rotating(fns, rot, iters, outs, ref, r, check=lambda name: True):
+    """Each contender's first call on copy 0 (its max |error| against ref into r where check(name); ours
+    return None and write outs[name]), then `iters` calls captured in a graph from copy 0 on (the capture
+    records each call's copy). A contender that fails (a backend that does not take the shape) is noted in
+    r and left out. Returns the graphs by name."""
+    graphs = {}
+    for name, fn in fns.items():
+        rot.turn = rot.n - 1  # the next call reads copy 0
+        try:
+            o = fn()
+            torch.cuda.synchronize()
+            o = o.transpose(1, 2) if o is not None else outs[name]
+            if ref is not None and check(name):
+                r["err_" + name] = float((o.float() - ref).abs().max())
+            graphs[name] = graphed(fn, iters)
+        except Exception as ex:
+            torch.cuda.synchronize()
+            r[name + "_error"] = str(ex).split("\n")[0][:100]
+    return graphs
+
+
+def best_replay(graphs, reps, iters):
+    """GPU time per call of each graph: the best of `reps` replays, the contenders in a new seeded order
+    each repetition."""
+    best = {name: float("inf") for name in graphs}
+    order = list(graphs)
+    for rep in range(reps):
+        random.Random(rep).shuffle(order)
+        for name in order:
+            best[name] = min(best[name], timed(graphs[name].replay, 1) / iters)
+    return best
+
+
 def copy_rate():
     a = torch.empty(2**30, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
@@ -173,47 +227,22 @@ def cold(ext, out_path, dts, kv_heads):
                     ws = torch.empty(max(ext.workspace_bytes(qo, ks[0], vs[0], out["ours_seq"], S),
                                          ext.workspace_bytes(qo, kl[0], vl[0], out["ours_slot"], smax, lens)),
                                      dtype=torch.uint8, device="cuda")
-                    turn = [0]
-
-                    def nxt():
-                        turn[0] = (turn[0] + 1) % n
-                        return turn[0]
-
-                    def sd(be):
-                        def call():
-                            i = nxt()
-                            with sdpa_kernel(be):
-                                return F.scaled_dot_product_attention(q, k[i], v[i], enable_gqa=kvh != H)
-                        return call
-                    fns = {"sdpa_cudnn": sd(SDPBackend.CUDNN_ATTENTION), "sdpa_flash": sd(SDPBackend.FLASH_ATTENTION),
-                           "ours_seq": lambda: ext.attention(qo, ks[nxt()], vs[turn[0]], out["ours_seq"], S, ws),
-                           "ours_slot": lambda: ext.attention(qo, kl[nxt()], vl[turn[0]], out["ours_slot"], smax, ws,
-                                                             lens)}
+                    rot = Rotation(n)
+                    fns = {"sdpa_cudnn": rotating_sdpa(rot, q, k, v, SDPBackend.CUDNN_ATTENTION, kvh != H),
+                           "sdpa_flash": rotating_sdpa(rot, q, k, v, SDPBackend.FLASH_ATTENTION, kvh != H),
+                           "ours_seq": lambda: ext.attention(qo, ks[rot.next()], vs[rot.turn], out["ours_seq"], S, ws),
+                           "ours_slot": lambda: ext.attention(qo, kl[rot.next()], vl[rot.turn], out["ours_slot"], smax,
+                                                             ws, lens)}
                     # Both layouts again with plain stream order (option no_pdl): what the programmatic
                     # launch of each call behind the previous one's kernels buys, in the same process.
                     fns["ours_seq_nopdl"] = knob_call(ext, {"no_pdl": True}, lambda: ext.attention(
-                        qo, ks[nxt()], vs[turn[0]], out["ours_seq_nopdl"], S, ws))
+                        qo, ks[rot.next()], vs[rot.turn], out["ours_seq_nopdl"], S, ws))
                     fns["ours_slot_nopdl"] = knob_call(ext, {"no_pdl": True}, lambda: ext.attention(
-                        qo, kl[nxt()], vl[turn[0]], out["ours_slot_nopdl"], smax, ws, lens))
+                        qo, kl[rot.next()], vl[rot.turn], out["ours_slot_nopdl"], smax, ws, lens))
                     ref = F.scaled_dot_product_attention(q.float(), k[0].float(), v[0].float(),
                                                          enable_gqa=kvh != H).transpose(1, 2)
-                    graphs = {}
-                    for name, fn in fns.items():
-                        turn[0] = n - 1  # the next call reads copy 0
-                        try:
-                            o = fn()
-                            torch.cuda.synchronize()
-                            o = o.transpose(1, 2) if o is not None else out[name]
-                            r["err_" + name] = float((o.float() - ref).abs().max())
-                            graphs[name] = graphed(fn, iters)  # the capture records each call's copy
-                        except Exception as ex:
-                            r[name + "_error"] = str(ex).split("\n")[0][:100]
-                    best = {name: float("inf") for name in graphs}
-                    order = list(graphs)
-                    for rep in range(5):
-                        random.Random(rep).shuffle(order)
-                        for name in order:
-                            best[name] = min(best[name], timed(graphs[name].replay, 1) / iters)
+                    graphs = capture_rotating(fns, rot, iters, out, ref, r)
+                    best = best_replay(graphs, 5, iters)
                     for name in graphs:
                         r[name + "_us"] = round(best[name], 2)
                         r[name + "_gbs"] = round(kv_bytes / best[name] / 1e3)

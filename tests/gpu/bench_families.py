@@ -14,7 +14,9 @@ sequence, for Llama-3-8B and Qwen2-7B.
 Cold L2: rows whose K+V are under 3 x L2 have ceil(3 x L2 / K+V) copies, read in turn (as a decode
 step reads each layer's cache once); larger rows have one copy (they do not fit L2). Each contender:
 `iters` calls captured in a CUDA graph, replayed; the best of --reps repetitions, contenders in a seeded
-order each repetition. GB/s: K+V bytes read once / time; % of copy: against a 1 GiB device-to-device
+order each repetition. Each row records the plan of ours (plan_seq, plan_slot: kernel family, M-tiles,
+warps, splits, cluster) and the header what the device says about each tensor-core instance (mma_probe).
+GB/s: K+V bytes read once / time; % of copy: against a 1 GiB device-to-device
 copy (read + write) in the same process. Outputs are checked against an fp32 reference (math SDPA;
 bottom-right causal for speculative rows) on the first copy, where K/V repeated per query head stay
 under 1 GiB.
@@ -22,7 +24,6 @@ Usage: python3 tests/gpu/bench_families.py OUT.json [--quick] [--reps N] [--max-
        [--only NAME,...] [--budget-s SECONDS]
 """
 import json
-import random
 import sys
 import time
 
@@ -32,7 +33,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import build  # noqa: E402
-from bench_attention import copy_rate, graphed, per_slot, seq_major, timed  # noqa: E402
+from bench_attention import (Rotation, best_replay, capture_rotating, copy_rate, per_slot, rotating_sdpa,  # noqa: E402
+                             seq_major)
 
 FAMILIES = (("llama2_7b", 32, 32, 128), ("llama3_8b", 32, 8, 128), ("llama3_70b", 64, 8, 128),
             ("qwen2_7b", 28, 4, 128), ("gemma", 8, 1, 256), ("falcon_7b", 71, 1, 64), ("starcoder", 48, 1, 128),
@@ -85,45 +87,21 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps):
     kl, vl = [per_slot(x, smax) for x in k], [per_slot(x, smax) for x in v]
     lens = torch.full((B,), S - tq, dtype=torch.int32, device="cuda")
     out = {x: torch.empty(B, tq, hq, D, device="cuda", dtype=dt) for x in ("ours_seq", "ours_slot")}
+    # The plans the calls below launch: a time is only the new kernel's where its plan says so.
+    for lay, pl in (("seq", ext.plan(qo, ks[0], vs[0], out["ours_seq"], S)),
+                    ("slot", ext.plan(qo, kl[0], vl[0], out["ours_slot"], smax, lens))):
+        r["plan_" + lay] = f"{pl['kernel']} t{pl['mma_tiles']} w{pl['mma_warps']} s{pl['splits']}" + (" cl" if pl["cluster"] else "")
     ws = torch.empty(max(1, ext.workspace_bytes(qo, ks[0], vs[0], out["ours_seq"], S),
                          ext.workspace_bytes(qo, kl[0], vl[0], out["ours_slot"], smax, lens)),
                      dtype=torch.uint8, device="cuda")
-    turn = [0]
-
-    def nxt():
-        turn[0] = (turn[0] + 1) % n
-        return turn[0]
-
-    def sd(be):
-        def call():
-            i = nxt()
-            with sdpa_kernel(be):
-                return F.scaled_dot_product_attention(q, k[i], v[i], enable_gqa=hkv != hq)
-        return call
-    fns = {"sdpa_" + name: sd(be) for name, be in BACKENDS}
-    fns["ours_seq"] = lambda: ext.attention(qo, ks[nxt()], vs[turn[0]], out["ours_seq"], S, ws)
-    fns["ours_slot"] = lambda: ext.attention(qo, kl[nxt()], vl[turn[0]], out["ours_slot"], smax, ws, lens)
+    rot = Rotation(n)
+    fns = {"sdpa_" + name: rotating_sdpa(rot, q, k, v, be, hkv != hq) for name, be in BACKENDS}
+    fns["ours_seq"] = lambda: ext.attention(qo, ks[rot.next()], vs[rot.turn], out["ours_seq"], S, ws)
+    fns["ours_slot"] = lambda: ext.attention(qo, kl[rot.next()], vl[rot.turn], out["ours_slot"], smax, ws, lens)
     # The math reference repeats K/V per query head in fp32: only where that stays small.
     ref = reference(q, k[0], v[0], tq).transpose(1, 2) if kv_bytes * (hq // hkv) <= 2**30 else None
-    graphs = {}
-    for name, fn in fns.items():
-        turn[0] = n - 1  # the next call reads copy 0
-        try:
-            o = fn()
-            torch.cuda.synchronize()
-            o = o.transpose(1, 2) if o is not None else out[name]
-            if ref is not None and (name.startswith("ours") or tq == 1):
-                r["err_" + name] = round(float((o.float() - ref).abs().max()), 5)
-            graphs[name] = graphed(fn, iters)
-        except Exception as ex:  # a backend that does not take this shape
-            torch.cuda.synchronize()
-            r[name + "_error"] = str(ex).split("\n")[0][:90]
-    best = {name: float("inf") for name in graphs}
-    order = list(graphs)
-    for rep in range(reps):
-        random.Random(rep).shuffle(order)
-        for name in order:
-            best[name] = min(best[name], timed(graphs[name].replay, 1) / iters)
+    graphs = capture_rotating(fns, rot, iters, out, ref, r, lambda name: name.startswith("ours") or tq == 1)
+    best = best_replay(graphs, reps, iters)
     for name in graphs:
         r[name + "_us"] = round(best[name], 2)
     sdpa = [(best[x], x) for x in graphs if x.startswith("sdpa_")]
@@ -157,6 +135,7 @@ def main():
     copy_gbs = copy_rate()
     head = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "d2d_copy_gbs": round(copy_gbs),
             "l2_mib": round(l2 / 2**20, 1), "reps": reps, "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    head["mma_probe"] = ext.mma_probe()  # each tensor-core instance: built, sm_80 code, blocks an SM, errors
     print(json.dumps(head), flush=True)
     rows, skipped, t0 = [], [], time.time()
     for fam, hq, hkv, D, B, S, tq in shapes():

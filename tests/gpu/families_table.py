@@ -24,15 +24,17 @@ def main():
     keyed = {}
     for r in rows:
         keyed.setdefault((r["family"], r["q_heads"], r["kv_heads"], r["head_dim"], r["B"], r["S"], r["Tq"]), {})[r["dtype"]] = r
-    head = "| family (Hq/Hkv, D) | B | S | Tq |"
-    rule = "|---|---:|---:|---:|"
+    has_plan = any("plan_slot" in r for r in rows)  # recorded since the second run of issue 32
+    head = "| family (Hq/Hkv, D) | B | S | Tq |" + (" per-slot plan |" if has_plan else "")
+    rule = "|---|---:|---:|---:|" + ("---|" if has_plan else "")
     for dt in dtypes:
         head += f" {dt} best SDPA µs | {dt} slot / best | {dt} seq / best |"
         rule += "---:|---:|---:|"
     print(head)
     print(rule)
     for (fam, hq, hkv, d, B, S, tq), by in keyed.items():
-        line = f"| {fam} ({hq}/{hkv}, {d}) | {B} | {S} | {tq} |"
+        plan = next((r.get("plan_slot") for r in by.values() if r.get("plan_slot")), None)
+        line = f"| {fam} ({hq}/{hkv}, {d}) | {B} | {S} | {tq} |" + (f" {plan} |" if has_plan else "")
         for dt in dtypes:
             r = by.get(dt)
             if r is None:

@@ -6,6 +6,10 @@
 //   attention      decode_attention_cuda over any strided K/V (seq-major cache, slot cache, [B,H,S,D])
 //   set_decode_options / decode_options   the benchmark knobs (pvt::DecodeOptions) every later call
 //                  plans with; set_decode_options() with no argument restores the defaults
+//   plan           the plan attention() would launch for these arguments (kernel family, M-tiles, splits):
+//                  what a benchmark records next to each time, so that a silent fallback shows
+//   mma_probe      what the device says about each tensor-core instance (built, sm_80 code, blocks an
+//                  SM, the CUDA error of a failed query)
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -17,6 +21,7 @@
 #include "core/apis.h"
 #include "kernels/append_tokens.h"
 #include "kernels/decode_attention.h"
+#include "kernels/decode_attention_mma_launch_cuda.cuh"
 #include "kernels/decode_attention_plan.h"
 
 namespace {
@@ -154,6 +159,49 @@ void attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tens
   check(pvt::decode_attention_cuda(p, stream()));
 }
 
+pybind11::dict plan(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& out,
+                    int64_t kv_len, std::optional<torch::Tensor> cache_seqlens, std::optional<torch::Tensor> kv_batch_index,
+                    std::optional<torch::Tensor> cu_seqlens_q, std::optional<torch::Tensor> lse, int64_t q_len) {
+  pvt::decode_plan::Plan pl;
+  check(pvt::decode_attention_cuda_plan(params(q, k, v, out, kv_len, cache_seqlens, kv_batch_index, cu_seqlens_q, lse, q_len), &pl));
+  pybind11::dict d;
+  d["kernel"] = pl.mma_kernel ? "mma" : pl.rows_kernel ? "rows" : "one_row";
+  d["mma_tiles"] = pl.mma_tiles;
+  d["mma_warps"] = pl.mma_warps;
+  d["splits"] = pl.splits;
+  d["cluster"] = pl.cluster;
+  d["workspace_bytes"] = pl.workspace_bytes;
+  return d;
+}
+
+pybind11::list mma_probe() {
+  namespace dc = pvt::decode_cuda;
+  pybind11::list out;
+  for (int D : {64, 80, 96, 128, 256})
+    for (int tiles : {1, 2, 4, 8})
+      for (int warps : {4, 8}) {
+        dc::MmaFacts f;
+        switch (D) {
+          case 64: f = dc::mma_facts<64>(pvt::ScalarType::kFloat16, warps, tiles); break;
+          case 80: f = dc::mma_facts<80>(pvt::ScalarType::kFloat16, warps, tiles); break;
+          case 96: f = dc::mma_facts<96>(pvt::ScalarType::kFloat16, warps, tiles); break;
+          case 128: f = dc::mma_facts<128>(pvt::ScalarType::kFloat16, warps, tiles); break;
+          default: f = dc::mma_facts<256>(pvt::ScalarType::kFloat16, warps, tiles); break;
+        }
+        if (!f.exists) continue;
+        pybind11::dict d;
+        d["head_dim"] = D;
+        d["warps"] = warps;
+        d["tiles"] = tiles;
+        d["sm80"] = f.sm80;
+        d["resident"] = f.resident;
+        d["cluster_limit"] = f.cluster_limit;
+        d["query_error"] = f.query_error;
+        out.append(d);
+      }
+  return out;
+}
+
 int64_t mapped_bytes_total() { return pvt::memory_stats(pvt::Device::cuda(c10::cuda::current_device())).mapped_bytes; }
 
 }  // namespace
@@ -177,6 +225,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention", &attention, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("out"),
         pybind11::arg("kv_len"), pybind11::arg("workspace"), opt("cache_seqlens"), opt("kv_batch_index"),
         opt("cu_seqlens_q"), opt("lse"), pybind11::arg("q_len") = 1);
+  m.def("plan", &plan, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("out"),
+        pybind11::arg("kv_len"), opt("cache_seqlens"), opt("kv_batch_index"), opt("cu_seqlens_q"), opt("lse"),
+        pybind11::arg("q_len") = 1);
+  m.def("mma_probe", &mma_probe);
   m.def("mapped_bytes_total", &mapped_bytes_total);
   const pvt::DecodeOptions defaults;
   m.def("set_decode_options", &set_decode_options, pybind11::arg("splits") = defaults.splits,

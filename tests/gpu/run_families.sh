@@ -34,4 +34,11 @@ rm -f "$O/t.log"
 tail -1 "$O/ext_build.log"
 PYTHONUNBUFFERED=1 python3 tests/gpu/bench_families.py "$O/families.json" "$@" > "$O/families.log" 2>&1
 echo "bench rc=$? at ${SECONDS}s"
+python3 - "$O/families.json" <<'PY'
+import collections, json, sys
+d = json.load(open(sys.argv[1]))
+print("mma_probe (head_dim, warps, tiles: sm80, resident, error):",
+      [(x["head_dim"], x["warps"], x["tiles"], x["sm80"], x["resident"], x["query_error"]) for x in d.get("mma_probe", [])])
+print("plans:", collections.Counter(r.get("plan_slot", "?").split(" ")[0] + " " + r["family"] for r in d["rows"]))
+PY
 cat "$O/native.log"
