@@ -40,15 +40,25 @@ CASES = {
     "padded_batch_4_beams_remap": ([5, 12, 9], 4, 20, 0, {}),
     "padded_batch_4_beams_mixed": ([12, 3], 4, 20, 1, {}),
     "padded_batch_2_beams_copy": ([10, 6], 2, 18, 10**6, {}),
-    "eos_length_penalty": ([6, 11], 4, 20, 1, {"eos_token_id": 5, "length_penalty": 1.7, "num_return_sequences": 2}),
-    "eos_early_stopping": ([6, 11], 4, 20, 0, {"eos_token_id": 5, "early_stopping": True, "length_penalty": 0.5}),
+    "eos_length_penalty": ([6, 11], 4, 20, 1, {"length_penalty": 1.7, "num_return_sequences": 2}),
+    "eos_early_stopping": ([6, 11], 4, 20, 0, {"early_stopping": True, "length_penalty": 0.5}),
 }
+# EOS ids that these prompts' beams reach (each model's own), so hypotheses end early.
+EOS = {"llama": 95, "qwen": 98}
+
+
+def options(name, case):
+    kw = dict(CASES[case][4])
+    if case.startswith("eos"):
+        kw["eos_token_id"] = EOS[name]
+    return kw
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_beam_search_equals_paddlenlp(name, case):
-    lengths, beams, new, copy_max_chunks, kw = CASES[case]
+    lengths, beams, new, copy_max_chunks, _ = CASES[case]
+    kw = options(name, case)
     model = model_of(name)
     ids, mask = prompts(lengths, seed=len(case))
     want_ids, want_scores = paddlenlp_beams(model, ids, mask, new, beams, **kw)
@@ -65,13 +75,14 @@ def test_beam_search_equals_paddlenlp(name, case):
     assert all(s["copied_bytes"] < s["index_select_bytes"] for s in steps[1:])
 
 
-def test_early_eos_cases_end_early():
-    """The eos cases above exercise the hypotheses: PaddleNLP's own ids end in EOS before the budget."""
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_eos_cases_end_early(name):
+    """The eos cases above exercise the hypotheses: PaddleNLP's own ids hold EOS (a beam that ended)."""
     for case in ("eos_length_penalty", "eos_early_stopping"):
-        lengths, beams, new, _, kw = CASES[case]
+        lengths, beams, new, _, _ = CASES[case]
         ids, mask = prompts(lengths, seed=len(case))
-        want, _ = paddlenlp_beams(model_of("llama"), ids, mask, new, beams, **kw)
-        assert want.shape[1] < new or (want == kw["eos_token_id"]).any()
+        want, _ = paddlenlp_beams(model_of(name), ids, mask, new, beams, **options(name, case))
+        assert (want == EOS[name]).any()
 
 
 def test_remap_shares_chunks_and_copy_does_not():
