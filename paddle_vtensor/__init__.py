@@ -59,7 +59,8 @@ from .slots import (
 # on first use, so `import paddle_vtensor` costs only the tensor API (and builds or loads no ops yet).
 _LAZY_MODULES = {"integration": "integration", "passes": "passes", "static_export": "static_export",
                  "generation": "generation", "distributed": "generation.distributed"}
-_LAZY_NAMES = {"generate_inflight": "generation.inflight", "SlotModelRunner": "generation.model_runner",
+_LAZY_NAMES = {"generate_inflight": "generation.inflight", "beam_search": "generation.beam_search",
+               "parallel_sample": "generation.sampling", "SlotModelRunner": "generation.model_runner",
                "speculative_generate": "generation.speculative", "applied": "integration",
                "apply": "integration", "remove": "integration", "autopatch": "_autopatch"}
 
@@ -78,6 +79,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "autopatch",
+    "beam_search",
+    "parallel_sample",
     "collect",
     "fill_pool",
     "pool_limit",
