@@ -27,7 +27,8 @@ flags (one read); torch.cuda.set_sync_debug_mode counts the reads during the tim
 
 (b) static: llama_loop.run's static-cache loop (eager SDPA over a preallocated cache; layers only).
 Usage: python3 tests/gpu/spec_loop.py OUT.json [--kv-heads 32|8] [--batches 1,8,32] [--ks 2,4,6] [--new 64]
-       [--ctx 4096] [--draft-layers 2] [--fp32-check]
+       [--ctx 4096] [--draft-layers 2] [--fp32-check] [--capi]
+  --capi: the extension's functions from build/spec_capi/libpvt_spec.so (pvt_capi.py) instead of build.load()
        python3 tests/gpu/spec_loop.py OUT.json --tiny-cpu     (no GPU: tiny fp32 model, torch references
                                                               for the attention and the accept kernel)
 """
@@ -155,9 +156,8 @@ def reference_accept(drafts, tt, tl, dl, out, out_len, fin, acc, x_next, k):
 class Graphs:
     """Callables captured once as CUDA graphs (replayed), or run as they are without a GPU."""
 
-    def __init__(self, pool=None):
+    def __init__(self):
         self.gpu = ll.dev == "cuda"
-        self.pool = pool
 
     def capture(self, fn, warm_reset):
         if not self.gpu:
@@ -169,9 +169,8 @@ class Graphs:
         torch.cuda.current_stream().wait_stream(s)
         warm_reset()
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self.pool):
+        with torch.cuda.graph(g):  # its own memory pool: graphs of earlier settings are gone by now
             fn()
-        self.pool = g.pool()
         return g.replay
 
 
@@ -432,8 +431,12 @@ def main():
         if fp32:  # a small fp32 model (GQA 8/2): ids must equal the plain run's exactly
             set_shape(4, 1024, 2816, 8, 128, torch.float32, "cuda")
             kvh, vocab, ctx, N, batches, ks, ps = 2, 4096, 512, 48, (4,), (4,), (0.7,)
-        import build
-        ext = build.load()
+        if "--capi" in args:  # the library built without a GPU (spec_capi_build.sh), nothing compiled here
+            from pvt_capi import CApi
+            ext = CApi()
+        else:
+            import build
+            ext = build.load()
     torch.manual_seed(0)
     env = Env(ext, kvh, vocab)
     rows = []
@@ -465,9 +468,13 @@ def main():
             if run.self_drf is not None:
                 todo.append((4, [("self (draft == target)", None)], True))
             for k, spec_rows, self_draft in todo:
-                for r in run.spec(k, spec_rows, self_draft=self_draft):
-                    rows.append(dict(base, **r, speedup_vs_plain=round(r["tok_s"] / plain["tok_s"], 3)))
-                    print(short(rows[-1]), flush=True)
+                try:
+                    for r in run.spec(k, spec_rows, self_draft=self_draft):
+                        rows.append(dict(base, **r, speedup_vs_plain=round(r["tok_s"] / plain["tok_s"], 3)))
+                        print(short(rows[-1]), flush=True)
+                except Exception as ex:  # noqa: BLE001 - the other settings still run; the error is recorded
+                    doc.setdefault("errors", []).append(f"B={B} k={k} self={self_draft}: {type(ex).__name__}: {ex}"[:300])
+                    print(doc["errors"][-1], flush=True)
                 save()
             del run
             if ll.dev == "cuda":
@@ -477,7 +484,7 @@ def main():
     selfs = [r for r in rows if r["name"].startswith("self")]
     print(f"rows {len(rows)}; ids differ in {len(bad)}; self acceptance {[r['acceptance_rate'] for r in selfs]}; "
           f"{doc['seconds']} s")
-    return 0 if not bad and all(r["acceptance_rate"] == 1.0 for r in selfs) else 1
+    return 0 if not bad and not doc.get("errors") and all(r["acceptance_rate"] == 1.0 for r in selfs) else 1
 
 
 if __name__ == "__main__":
