@@ -187,3 +187,52 @@ def test_bad_inputs_fail_before_anything_changes(name, make_draft, make_inputs, 
     after = pvt.memory_stats("cpu")
     for key in ("reserved_bytes", "mapped_bytes", "live_regions"):
         assert after[key] == before[key], key
+
+
+def expected_accepted(table, truth, max_new, k):
+    """Accepted drafts of each sequence, by the rule on the host: from output position o, the leading
+    proposals table[o + j] equal to the target's greedy truth[o + j]; then a + 1 tokens are emitted
+    (fewer at max_new). An independent count to hold the loop's stats against."""
+    total = []
+    for row, ref in zip(table, truth):
+        o, acc = 1, 0  # the prefill emits the first token
+        while o < max_new:
+            a = 0
+            while a < k and row[o + a] == ref[o + a]:
+                a += 1
+            acc += a
+            o += min(a + 1, max_new - o)
+        total.append(acc)
+    return total
+
+
+@pytest.mark.parametrize("p", [0.0, 0.6, 1.0])
+def test_oracle_proposals_set_acceptance_and_keep_the_ids(p):
+    """The acceptance-controlled benchmark's oracle: proposals from a table (the target's own greedy token
+    with probability p, else another), the draft model still running; ids stay the target's greedy ids."""
+    target, draft = model("target"), model("one_layer")
+    ids, mask = prompts([5, 9, 3, 7], seed=11)
+    new, k = 15, 3
+    truth = greedy(target, ids, mask, new + k)  # the target's tokens past max_new too: proposals reach them
+    rng = np.random.default_rng(3)
+    coin = rng.random(truth.shape) < p
+    table = np.where(coin, truth, (truth + rng.integers(1, VOCAB, truth.shape)) % VOCAB)
+    got, stats = speculative_generate(target, draft, ids, mask, max_new_tokens=new, num_speculative_tokens=k,
+                                      oracle_proposals=table)
+    np.testing.assert_array_equal(got.numpy(), truth[:, :new])
+    assert stats["accepted"] == sum(expected_accepted(table, truth, new, k))
+    if p == 1.0:
+        assert stats["acceptance_rate"] == 1.0
+    if p == 0.0:
+        assert stats["accepted"] == 0
+
+
+def test_oracle_proposals_of_a_wrong_shape_or_vocabulary_are_refused():
+    target = model("target")
+    ids, mask = prompts([4, 6], seed=2)
+    with pytest.raises(ValueError, match=r"oracle_proposals must be integer \[batch, max_new_tokens"):
+        speculative_generate(target, target, ids, mask, max_new_tokens=5, num_speculative_tokens=2,
+                             oracle_proposals=np.zeros([2, 6], np.int64))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        speculative_generate(target, target, ids, mask, max_new_tokens=5, num_speculative_tokens=2,
+                             oracle_proposals=np.full([2, 7], VOCAB, np.int64))

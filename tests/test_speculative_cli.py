@@ -27,6 +27,21 @@ def test_bench_speculative_writes_json_and_png(tmp_path):
     assert os.path.getsize(tmp_path / "bench_speculative.png") > 1000
 
 
+def test_bench_speculative_table_rows_follow_the_oracle(tmp_path):
+    """--table: one row per (k, p); p = 1 accepts every proposal, p = 0 none; the ids stay generate()'s."""
+    assert main(["bench-speculative", *TINY, "--table", "--ps", "0,1", "--ks", "2,3", "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "bench_speculative_table.json") as f:
+        result = json.load(f)
+    assert result["ids_identical_to_generate"] is True
+    assert [(r["k"], r["p"]) for r in result["rows"]] == [(2, 0.0), (2, 1.0), (3, 0.0), (3, 1.0)]
+    for r in result["rows"]:
+        assert r["acceptance_rate"] == r["p"]
+        assert r["mean_accepted_per_step"] == (r["k"] if r["p"] == 1.0 else 0)
+        assert r["tokens_per_s"] > 0 and r["slot_greedy_tokens_per_s"] > 0
+    with pytest.raises(ValueError, match="--ps must be probabilities"):
+        main(["bench-speculative", *TINY, "--table", "--ps", "1.5", "--out", str(tmp_path)])
+
+
 def test_bench_speculative_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="--k must be >= 1"):
         main(["bench-speculative", *TINY, "--k", "0", "--out", str(tmp_path)])

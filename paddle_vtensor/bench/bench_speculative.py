@@ -42,6 +42,12 @@ def add_parser(commands, common) -> None:
     b.add_argument("--output-len", type=int, default=64, help="generated tokens")
     b.add_argument("--repeats", type=int, default=3, help="runs per path, alternating; the best is reported")
     b.add_argument("--out", metavar="DIR", default="bench_out", help="where the JSON and PNG go")
+    b.add_argument("--table", action="store_true",
+                   help="the acceptance-controlled table instead: an oracle draft proposing the target's own greedy "
+                        "token with probability p (seeded; the draft model still runs), for each --ps x --ks, "
+                        "against slot greedy; writes DIR/bench_speculative_table.json")
+    b.add_argument("--ps", default="0.5,0.7,0.9,1.0", help="--table: oracle probabilities")
+    b.add_argument("--ks", default="2,4,6", help="--table: num_speculative_tokens values")
     common(b)
 
 
@@ -72,6 +78,8 @@ def run(args) -> int:
     ids = random_prompt(args.batch, args.input_len, args.vocab, args.seed)
     mask = paddle.ones_like(ids)
     tokens = args.batch * args.output_len
+    if args.table:
+        return _run_table(args, target, draft, ids, mask, started, load_before)
 
     paths = {
         "generate": lambda: target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.output_len,
@@ -97,14 +105,8 @@ def run(args) -> int:
     steps = stats_best["steps"]
     per_step_ms = {phase: 1e3 * s / steps for phase, s in stats_best["time_s"].items()} if steps else {}
     result = {
-        "command": "python -m paddle_vtensor " + " ".join(args.argv),
-        "started": started,
-        "machine": report.machine(),
-        "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
-        "note": "CPU shared with other jobs while measuring (2 cores, several processes): compare paths "
-                "within this run, not across runs",
-        "target": {"hidden_size": args.hidden_size, "layers": args.layers, "heads": args.heads,
-                   "kv_heads": args.kv_heads, "vocab": args.vocab, "deep_scale": args.deep_scale},
+        **_header(args, started, load_before, "CPU shared with other jobs while measuring (2 cores, several "
+                  "processes): compare paths within this run, not across runs"),
         "draft": {"layers": args.draft_layers, "noise": args.draft_noise,
                   "built_from": "the target's own first layers, embeddings, final norm and lm_head"},
         "batch": args.batch, "input_len": args.input_len, "output_len": args.output_len, "k": args.k,
@@ -130,6 +132,71 @@ def run(args) -> int:
           f"per step (ms): " + ", ".join(f"{p} {v:.2f}" for p, v in result["speculative_step_ms"].items()))
     print(f"ids identical to generate(): {'yes' if identical else 'NO'}")
     print(f"wrote {json_path} and {png_path}")
+    return 0 if identical else 1
+
+
+def _header(args, started, load_before, note: str) -> dict:
+    """What every result file of this command starts with: command, time, machine, load, the target."""
+    return {"command": "python -m paddle_vtensor " + " ".join(args.argv), "started": started,
+            "machine": report.machine(),
+            "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
+            "note": note,
+            "target": {"hidden_size": args.hidden_size, "layers": args.layers, "heads": args.heads,
+                       "kv_heads": args.kv_heads, "vocab": args.vocab, "deep_scale": args.deep_scale}}
+
+
+def _oracle(truth, p: float, vocab: int, seed: int):
+    """The target's greedy token at each output position with probability p, else another token."""
+    rng = np.random.default_rng(seed)
+    coin = rng.random(truth.shape) < p
+    return np.where(coin, truth, (truth + rng.integers(1, vocab, truth.shape)) % vocab)
+
+
+def _run_table(args, target, draft, ids, mask, started, load_before) -> int:
+    """Speculative decoding with the oracle draft at each (k, p) against slot greedy decoding, in one process
+    (each best of --repeats; slot greedy timed once per k, between that k's rows, to follow the machine's load)."""
+    from ..generation.inflight import generate_inflight
+    from ..generation.speculative import speculative_generate
+
+    ps = [float(v) for v in args.ps.split(",")]
+    ks = [int(v) for v in args.ks.split(",")]
+    if not ps or not ks or min(ks) < 1 or not all(0.0 <= p <= 1.0 for p in ps):
+        raise ValueError(f"--ps must be probabilities in [0, 1] and --ks ints >= 1, got {args.ps!r}, {args.ks!r}")
+    n, new = args.batch, args.output_len
+    truth = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new + max(ks),
+                            decode_strategy="greedy_search")[0].numpy()
+    rows, identical = [], True
+    for k in ks:
+        greedy_s = min(_timed(lambda: generate_inflight(target, ids.numpy().tolist(), new, max_batch=n))[0]
+                       for _ in range(args.repeats))
+        for p in ps:
+            table = _oracle(truth[:, :new + k], p, args.vocab, args.seed + 1000 * k + int(p * 100))
+            best, stats = None, None
+            for _ in range(args.repeats):
+                seconds, (got, st) = _timed(lambda: speculative_generate(target, draft, ids, mask, new, k,
+                                                                         oracle_proposals=table))
+                identical &= bool(np.array_equal(got.numpy(), truth[:, :new]))
+                if best is None or seconds < best:
+                    best, stats = seconds, st
+            seq_steps = stats["proposed"] // k
+            rows.append({"k": k, "p": p, "tokens_per_s": round(n * new / best, 2),
+                         "slot_greedy_tokens_per_s": round(n * new / greedy_s, 2),
+                         "speedup_vs_slot_greedy": round(greedy_s / best, 3),
+                         "acceptance_rate": round(stats["acceptance_rate"], 4),
+                         "mean_accepted_per_step": round(stats["accepted"] / seq_steps, 3),
+                         "steps": stats["steps"]})
+            print(" ".join(f"{key} {value}" for key, value in rows[-1].items()), flush=True)
+    result = {
+        **_header(args, started, load_before, "oracle draft: the draft model runs (its cost stays) but its token at "
+                  "output position o is replaced by the target's greedy token there with probability p, else by "
+                  "another token"),
+        "draft_layers": args.draft_layers, "batch": n, "input_len": args.input_len, "output_len": new,
+        "repeats": args.repeats, "rows": rows, "ids_identical_to_generate": identical,
+    }
+    path = os.path.join(args.out, "bench_speculative_table.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"ids identical to generate(): {'yes' if identical else 'NO'}; wrote {path}")
     return 0 if identical else 1
 
 

@@ -133,7 +133,7 @@ class _Clock:
 @paddle.no_grad()
 def speculative_generate(target, draft, input_ids, attention_mask=None, max_new_tokens: int = 20,
                          num_speculative_tokens: int = 4, *, accept_on_device: bool = True,
-                         profile: bool = False, chunk_bytes: int | None = None):
+                         profile: bool = False, chunk_bytes: int | None = None, oracle_proposals=None):
     """Greedy speculative decoding: ``(ids, stats)``.
 
     target, draft: PaddleNLP ``LlamaForCausalLM`` models sharing the vocabulary (sizes may differ),
@@ -150,6 +150,11 @@ def speculative_generate(target, draft, input_ids, attention_mask=None, max_new_
 
     accept_on_device=False runs the accept/advance bookkeeping on the host instead (a device read of
     the draft and target tokens every step): the reference path, kept so both stay tested.
+
+    oracle_proposals (benchmarks that control acceptance): int [batch, max_new_tokens +
+    num_speculative_tokens]; the draft token proposed for output position o of sequence b is
+    ``oracle_proposals[b, o]`` instead of the draft model's own (which still runs: its cost stays).
+    The ids are the target's greedy ids all the same; only the acceptance changes.
     """
     k = num_speculative_tokens
     _check_models(target, draft, k)
@@ -166,14 +171,29 @@ def speculative_generate(target, draft, input_ids, attention_mask=None, max_new_
                          f"max_position_embeddings ({limit})")
     for s in range(n):  # every real token against the vocabulary, before anything is made
         check_token_ids(ids[s, pads[s]:], int(target.config.vocab_size), "speculative_generate")
+    oracle = _oracle_table(oracle_proposals, n, max_new + k, int(target.config.vocab_size))
     cap = int(lens.max()) + max_new + k
     runners = SlotModelRunner(target, n, cap, chunk_bytes=chunk_bytes), SlotModelRunner(draft, n, cap, chunk_bytes=chunk_bytes)
     loop = _Loop(runners, ids, lens, pads, max_new, k, eos, pad, accept_on_device, profile)
+    if oracle is not None:
+        loop.oracle = paddle.to_tensor(oracle, place=loop.place)
     try:
         return loop.run()
     finally:
         for r in runners:  # after a failure too: no slot stays mapped
             r.reset()
+
+
+def _oracle_table(table, n, width, vocab):
+    """oracle_proposals as int64 [n, width] numpy, checked (None stays None)."""
+    if table is None:
+        return None
+    arr = table.numpy() if isinstance(table, paddle.Tensor) else np.asarray(table)
+    if arr.shape != (n, width) or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"speculative_generate: oracle_proposals must be integer [batch, max_new_tokens + "
+                         f"num_speculative_tokens] = [{n}, {width}], got {arr.dtype} {list(arr.shape)}")
+    check_token_ids(arr.reshape(-1), vocab, "speculative_generate: oracle_proposals")
+    return arr.astype(np.int64)
 
 
 class _Loop:
@@ -189,6 +209,7 @@ class _Loop:
         self.clock = _Clock(profile, self.place)
         self.stats = {"target_forwards": 0, "draft_forwards": 0, "steps": 0, "host_reads": 0, "proposed": 0}
         self.host_accepted = 0  # accepted drafts, counted by the host path
+        self.oracle = None  # int64 [n, max_new + k] on the device: proposals that replace the draft's
 
     def dev(self, array, dtype):
         return paddle.to_tensor(np.ascontiguousarray(array).astype(dtype), place=self.place)
@@ -307,6 +328,10 @@ class _Loop:
             cu = np.arange(0, m * per + 1, per, dtype=np.int32)
             logits = self.d.forward(feed, cu, slots, pos)
             nxt = logits.reshape([m, per, -1])[:, -1].argmax(axis=-1).astype("int64")
+            if self.oracle is not None:  # the proposal for output position out_len + j instead
+                rows = paddle.gather(self.oracle, slots_dev)
+                at = paddle.clip(out_len.astype("int64") + j, max=rows.shape[1] - 1)
+                nxt = paddle.take_along_axis(rows, at[:, None], axis=1)[:, 0]
             self.d.advance(slots, np.full(m, per, np.int32))
             drafts.append(nxt)
             feed, per = nxt, 1

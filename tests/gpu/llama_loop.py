@@ -46,13 +46,14 @@ def rms_norm(x):  # Llama's RMSNorm (unit weight)
     return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
 
 
-def layer(x, w, attend, kvh):
-    B = x.shape[0]
+def layer(x, w, attend, kvh, T=1):
+    """x [B*T, HID]: T new tokens of each of B sequences (spec_loop.py verifies T = k + 1 at once)."""
+    BT = x.shape[0]
     qkv = rms_norm(x) @ w["qkv"]
-    q = qkv[:, :H * D].view(B, 1, H, D)
-    k = qkv[:, H * D:(H + kvh) * D].view(B, 1, kvh, D)
-    v = qkv[:, (H + kvh) * D:].view(B, 1, kvh, D)
-    a = attend(q, k, v).reshape(B, H * D)
+    q = qkv[:, :H * D].view(BT // T, T, H, D)
+    k = qkv[:, H * D:(H + kvh) * D].view(BT // T, T, kvh, D)
+    v = qkv[:, (H + kvh) * D:].view(BT // T, T, kvh, D)
+    a = attend(q, k, v).reshape(BT, H * D)
     x = x + a @ w["o"]
     g, u = (rms_norm(x) @ w["up"]).chunk(2, dim=-1)
     return x + (F.silu(g) * u) @ w["down"]

@@ -4,6 +4,8 @@
 //   Cache          a SeqMajorCache (VM reservation, chunks mapped as it grows) seen as a torch tensor
 //   append         append_tokens_cuda: tokens [B, T, H, D] written in place at a host position
 //   attention      decode_attention_cuda over any strided K/V (seq-major cache, slot cache, [B,H,S,D])
+//   speculative_accept   speculative_accept_cuda: accept/advance of a speculative step, in place on the
+//                  device (no host read: a CUDA graph captures it)
 //   set_decode_options / decode_options   the benchmark knobs (pvt::DecodeOptions) every later call
 //                  plans with; set_decode_options() with no argument restores the defaults
 //   plan           the plan attention() would launch for these arguments (kernel family, M-tiles, splits):
@@ -23,6 +25,7 @@
 #include "kernels/decode_attention.h"
 #include "kernels/decode_attention_mma_launch_cuda.cuh"
 #include "kernels/decode_attention_plan.h"
+#include "kernels/speculative_accept.h"
 
 namespace {
 
@@ -202,6 +205,55 @@ pybind11::list mma_probe() {
   return out;
 }
 
+// A CUDA tensor of one dtype, contiguous, with `numel` elements (-1: any): speculative_accept's arrays.
+template <typename T>
+T* spec_array(const torch::Tensor& t, torch::ScalarType dtype, int64_t numel, const char* name) {
+  TORCH_CHECK(t.is_cuda() && t.scalar_type() == dtype && t.is_contiguous(), "speculative_accept: ", name,
+              " must be a contiguous CUDA tensor of ", dtype, ", got ", t.scalar_type(), t.is_cuda() ? "" : " (not CUDA)");
+  TORCH_CHECK(numel < 0 || t.numel() == numel, "speculative_accept: ", name, " must have ", numel, " elements, got ", t.numel());
+  return static_cast<T*>(t.data_ptr());
+}
+
+// draft [n, k] int64, target [n, k+1] int64, slots [n] int32; seqlens int32 [slots] of each cache (updated
+// in place), out_ids [n, max_new] int64, out_len / finished / accepted [n] int32, next_tokens [n] int64,
+// error_flag [1] int32. The capacities are the caches' max lengths. Queued on the current stream.
+void speculative_accept(const torch::Tensor& draft, const torch::Tensor& target, const torch::Tensor& slots,
+                        torch::Tensor& target_seqlens, torch::Tensor& draft_seqlens, torch::Tensor& out_ids,
+                        torch::Tensor& out_len, torch::Tensor& finished, torch::Tensor& accepted,
+                        torch::Tensor& next_tokens, torch::Tensor& error_flag, int64_t target_capacity,
+                        int64_t draft_capacity, int64_t target_advance, int64_t draft_advance, int64_t eos_token_id,
+                        int64_t pad_token_id) {
+  TORCH_CHECK(draft.dim() == 2 && target.dim() == 2 && out_ids.dim() == 2, "speculative_accept: draft [n, k], target "
+              "[n, k+1] and out_ids [n, max_new] are 2-d");
+  const int64_t n = draft.size(0), k = draft.size(1);
+  TORCH_CHECK(target.size(0) == n && target.size(1) == k + 1 && out_ids.size(0) == n, "speculative_accept: target must "
+              "be [", n, ", ", k + 1, "] and out_ids [", n, ", max_new], got ", target.sizes(), " and ", out_ids.sizes());
+  pvt::SpeculativeAcceptParams p;
+  p.batch = n;
+  p.num_draft = k;
+  p.draft_tokens = spec_array<const int64_t>(draft, torch::kInt64, n * k, "draft");
+  p.target_tokens = spec_array<const int64_t>(target, torch::kInt64, n * (k + 1), "target");
+  p.slot_ids = spec_array<const int32_t>(slots, torch::kInt32, n, "slots");
+  p.target_seqlens = spec_array<int32_t>(target_seqlens, torch::kInt32, -1, "target_seqlens");
+  p.target_num_slots = target_seqlens.numel();
+  p.target_capacity = target_capacity;
+  p.target_advance = target_advance;
+  p.draft_seqlens = spec_array<int32_t>(draft_seqlens, torch::kInt32, -1, "draft_seqlens");
+  p.draft_num_slots = draft_seqlens.numel();
+  p.draft_capacity = draft_capacity;
+  p.draft_advance = draft_advance;
+  p.out_ids = spec_array<int64_t>(out_ids, torch::kInt64, -1, "out_ids");
+  p.max_new_tokens = out_ids.size(1);
+  p.out_len = spec_array<int32_t>(out_len, torch::kInt32, n, "out_len");
+  p.finished = spec_array<int32_t>(finished, torch::kInt32, n, "finished");
+  p.eos_token_id = eos_token_id;
+  p.pad_token_id = pad_token_id;
+  p.accepted = spec_array<int32_t>(accepted, torch::kInt32, n, "accepted");
+  p.next_tokens = spec_array<int64_t>(next_tokens, torch::kInt64, n, "next_tokens");
+  p.error_flag = spec_array<int32_t>(error_flag, torch::kInt32, 1, "error_flag");
+  check(pvt::speculative_accept_cuda(p, stream()));
+}
+
 int64_t mapped_bytes_total() { return pvt::memory_stats(pvt::Device::cuda(c10::cuda::current_device())).mapped_bytes; }
 
 }  // namespace
@@ -230,6 +282,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("q_len") = 1);
   m.def("mma_probe", &mma_probe);
   m.def("mapped_bytes_total", &mapped_bytes_total);
+  m.def("speculative_accept", &speculative_accept, pybind11::arg("draft"), pybind11::arg("target"),
+        pybind11::arg("slots"), pybind11::arg("target_seqlens"), pybind11::arg("draft_seqlens"),
+        pybind11::arg("out_ids"), pybind11::arg("out_len"), pybind11::arg("finished"), pybind11::arg("accepted"),
+        pybind11::arg("next_tokens"), pybind11::arg("error_flag"), pybind11::arg("target_capacity"),
+        pybind11::arg("draft_capacity"), pybind11::arg("target_advance") = 1, pybind11::arg("draft_advance") = 0,
+        pybind11::arg("eos_token_id") = -1, pybind11::arg("pad_token_id") = 0);
   const pvt::DecodeOptions defaults;
   m.def("set_decode_options", &set_decode_options, pybind11::arg("splits") = defaults.splits,
         pybind11::arg("no_mma") = defaults.no_mma, pybind11::arg("mma_mha") = defaults.mma_mha,
