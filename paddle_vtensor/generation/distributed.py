@@ -322,7 +322,7 @@ class PendingAttention:
             sp.k[self.layer], sp.v[self.layer] = new_kv
         sp._done[self.layer] = True
         out = merge_attention_states(outs, lses)[0]
-        return out if self.q_len == n_new else out[:, :self.q_len]
+        return out if self.q_len == n_new else out[:, :self.q_len].contiguous()
 
     def cancel(self) -> None:
         """Finish the all-gather (the other ranks take part in it) and keep nothing: the
