@@ -128,13 +128,14 @@ class SequenceParallelKVCache:
         sequence: this rank appends its share of ``k_new``/``v_new [B, n_new, Hkv, D]`` to its layer
         caches, attends over its part, and the parts are gathered and merged. Returns
         ``[B, Tq, Hq, D]`` in q's dtype, the same on every rank."""
-        return self.attention_start(layer, q, k_new, v_new).wait()
+        return self.attention_start(layer, q, k_new, v_new, overlap=False).wait()
 
-    def attention_start(self, layer: int, q: paddle.Tensor, k_new: paddle.Tensor, v_new: paddle.Tensor
-                        ) -> "PendingAttention":
+    def attention_start(self, layer: int, q: paddle.Tensor, k_new: paddle.Tensor, v_new: paddle.Tensor,
+                        overlap: bool = True) -> "PendingAttention":
         """:meth:`attention` up to the exchange: appends (provisionally), attends over this rank's
         part and starts the all-gather. ``wait()`` on the result finishes it (merge, or the
-        ValueError of a refused call). One pending call per object; every rank calls in one order."""
+        ValueError of a refused call). One pending call per object; every rank calls in one order.
+        ``overlap=False``: the caller waits at once (the collective may then run on this thread)."""
         if self._plan is None:
             raise RuntimeError("SequenceParallelKVCache.attention: call begin_step first")
         if self._pending is not None:
@@ -166,7 +167,8 @@ class SequenceParallelKVCache:
                 pending.local_error = local_error = f"{type(e).__name__}: {e}"
                 header[-1] = 1
         b, hq, _, d, dtype = self._layout
-        pending.handle = self.exchange.start(pack(header, payload_bytes(b * n_new, hq, d, dtype), place, lse, out))
+        pending.handle = self.exchange.start(pack(header, payload_bytes(b * n_new, hq, d, dtype), place, lse, out),
+                                             overlap)
         self._pending = pending
         return pending
 

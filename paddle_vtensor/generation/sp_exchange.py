@@ -12,9 +12,10 @@ from values the ranks already agreed on (the cache's layout, the step's token co
 handshake), never from one rank's tensors: a rank whose call is wrong still sends a buffer of the
 agreed size, with its ``refused`` flag set.
 
-Collectives run in submission order on one thread per process (``CPU``: gloo's ``sync_op=False``
-still blocks the caller, measured with Paddle 3.3.1, but it releases the GIL, so a thread overlaps
-it with the caller's next work) or as an NCCL task on the communication stream (GPU).
+Collectives run in submission order on one thread per process (CPU: gloo's ``sync_op=False`` still
+blocks the caller, measured with Paddle 3.3.1, but it releases the GIL, so a thread overlaps it with
+the caller's next work; a call waited for at once runs on the caller's thread when none is in flight)
+or as an NCCL task on the communication stream (GPU).
 """
 from __future__ import annotations
 
@@ -82,57 +83,57 @@ class Exchange:
 
     _cpu_thread: ThreadPoolExecutor | None = None  # one per process: every group's collectives in one order
     _lock = threading.Lock()
+    _in_flight = 0  # CPU collectives submitted to the thread and not finished
 
     def __init__(self, group, world: int):
         self.group, self.world = group, world
         self.calls = 0
         self.bytes_sent = 0
 
-    def start(self, buf: paddle.Tensor):
-        """Begin the all-gather of ``buf`` (uint8); ``wait()`` on the result gives ``[world * size]``."""
+    def start(self, buf: paddle.Tensor, overlap: bool = True):
+        """Begin the all-gather of ``buf`` (uint8); ``wait()`` on the result gives ``[world * size]``.
+        ``overlap=False`` (the caller waits at once): on the CPU the collective runs on the calling
+        thread when none is in flight, sparing the hand-over to the thread."""
         self.calls += 1
         self.bytes_sent += int(buf.shape[0])
         if self.world == 1:  # a one-rank group: nothing to exchange (init_parallel_env makes none)
-            return _Done(buf)
+            return _Pending(buf)
         gathered = paddle.empty([self.world * int(buf.shape[0])], "uint8").to(buf.place)  # no copy: same place
         if buf.place.is_cpu_place():
             with Exchange._lock:
-                if Exchange._cpu_thread is None:
-                    Exchange._cpu_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pvt-sp-gloo")
-            future = Exchange._cpu_thread.submit(dist.stream.all_gather, gathered, buf, self.group)
-            return _Future(future, gathered)
-        task = dist.stream.all_gather(gathered, buf, group=self.group, sync_op=False)
-        return _Task(task, gathered)
+                inline = not overlap and Exchange._in_flight == 0  # nothing ahead of it: the order holds
+                if not inline:
+                    Exchange._in_flight += 1
+                    if Exchange._cpu_thread is None:
+                        Exchange._cpu_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pvt-sp-gloo")
+            if inline:
+                dist.stream.all_gather(gathered, buf, self.group)
+                return _Pending(gathered)
+            return _Pending(gathered, Exchange._cpu_thread.submit(self._gather_on_thread, gathered, buf).result)
+        task = dist.stream.all_gather(gathered, buf, group=self.group, sync_op=not overlap)
+        return _Pending(gathered, task.wait)
 
     def run(self, buf: paddle.Tensor) -> paddle.Tensor:
-        return self.start(buf).wait()
+        return self.start(buf, overlap=False).wait()
+
+    def _gather_on_thread(self, gathered, buf):
+        try:
+            dist.stream.all_gather(gathered, buf, self.group)
+        finally:
+            with Exchange._lock:
+                Exchange._in_flight -= 1
 
 
-class _Done:
-    def __init__(self, gathered):
-        self.gathered = gathered
+class _Pending:
+    """A started all-gather: ``wait()`` finishes it (``finish``: the future's result, which re-raises
+    the collective's error, or the NCCL task's wait) and gives the gathered buffer."""
 
-    def wait(self):
-        return self.gathered
-
-
-class _Future(_Done):
-    def __init__(self, future, gathered):
-        super().__init__(gathered)
-        self.future = future
-
-    def wait(self):
-        self.future.result()  # re-raises the collective's own error here
-        return self.gathered
-
-
-class _Task(_Done):
-    def __init__(self, task, gathered):
-        super().__init__(gathered)
-        self.task = task
+    def __init__(self, gathered, finish=None):
+        self.gathered, self.finish = gathered, finish
 
     def wait(self):
-        self.task.wait()
+        if self.finish is not None:
+            self.finish()
         return self.gathered
 
 
