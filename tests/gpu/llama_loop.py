@@ -47,13 +47,20 @@ def rms_norm(x):  # Llama's RMSNorm (unit weight)
 
 
 def layer(x, w, attend, kvh):
+    return layer_post(x, attend(*layer_qkv(x, w, kvh)), w)
+
+
+def layer_qkv(x, w, kvh):
+    """The layer up to attention: q [B,1,H,D], k and v [B,1,kvh,D] (views of one GEMM's output)."""
     B = x.shape[0]
     qkv = rms_norm(x) @ w["qkv"]
-    q = qkv[:, :H * D].view(B, 1, H, D)
-    k = qkv[:, H * D:(H + kvh) * D].view(B, 1, kvh, D)
-    v = qkv[:, (H + kvh) * D:].view(B, 1, kvh, D)
-    a = attend(q, k, v).reshape(B, H * D)
-    x = x + a @ w["o"]
+    return (qkv[:, :H * D].view(B, 1, H, D), qkv[:, H * D:(H + kvh) * D].view(B, 1, kvh, D),
+            qkv[:, (H + kvh) * D:].view(B, 1, kvh, D))
+
+
+def layer_post(x, a, w):
+    """The layer after attention (a [B,1,H,D]): output projection, residual, SiLU-gated MLP."""
+    x = x + a.reshape(x.shape[0], H * D) @ w["o"]
     g, u = (rms_norm(x) @ w["up"]).chunk(2, dim=-1)
     return x + (F.silu(g) * u) @ w["down"]
 
