@@ -1,16 +1,20 @@
-"""Sequence-parallel decode across 2 CPU processes (paddle.distributed, gloo): every step's merged
-output equals attention over the whole cache in one process; bad calls fail on every rank alike and
-change nothing. The ranks run tests/distributed_sp_worker.py."""
+"""Sequence-parallel decode across 2 and 4 CPU processes (paddle.distributed, gloo): every step's
+merged output equals attention over the whole cache in one process; one packed all-gather per layer
+(per micro-batch when the batch is split to overlap it), counted by wrapping paddle.distributed's
+collectives; bad calls fail on every rank alike and change nothing. The ranks run
+tests/distributed_sp_worker.py and tests/distributed_sp_overlap_worker.py."""
 import json
 import os
 import subprocess
 import sys
 
 import numpy as np
+import paddle
 import pytest
 
 import paddle_vtensor as pvt
 from paddle_vtensor.generation.distributed import balanced_split
+from paddle_vtensor.generation.sp_exchange import HEADER_BYTES, payload_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -27,14 +31,14 @@ def test_balanced_split_gives_each_token_to_the_rank_with_fewest():
         assert tokens.max() - tokens.min() <= 1
 
 
-def launch(tmp_path, *dtypes):
+def launch(tmp_path, *args, worker="distributed_sp_worker.py", nproc=2):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
-           str(tmp_path / "log"), os.path.join(HERE, "distributed_sp_worker.py"), str(tmp_path), *dtypes]
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc), "--log_dir",
+           str(tmp_path / "log"), os.path.join(HERE, worker), str(tmp_path), *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     logs = "".join(p.read_text()[-3000:] for p in sorted((tmp_path / "log").glob("workerlog.*")))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
-    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nproc)]
 
 
 def test_two_ranks_match_one_process_every_step(tmp_path):
@@ -63,6 +67,13 @@ def test_two_ranks_match_one_process_every_step(tmp_path):
         row_bytes = 2 * 2 * 16 * {"float32": 4, "bfloat16": 2}[dtype]  # B x Hkv x D x element
         assert st["mapped_bytes"] == 2 * 2 * -(-st["tokens"] * row_bytes // 4096) * 4096, st
         assert st["tokens"] < st["length"]
+        # One packed all-gather per layer call: 2 runs x 33 steps x 2 layers, the 5 refused calls, and a
+        # handshake on the first layer of each multi-token step (5, 3 and 4 new tokens; twice).
+        assert st["collectives"] == 2 * 33 * 2 + 5 + 2 * 3, st
+        token = 2 * 4 * (4 + 16 * {"float32": 4, "bfloat16": 2}[dtype])  # B x Hq rows of one token: lse + out
+        payloads = 2 * (2 * 33 * HEADER_BYTES + 2 * token * 42)  # padded to each step's new tokens (42 a run)
+        handshakes = HEADER_BYTES + 5 * (HEADER_BYTES + token)  # the first one before any layout is agreed
+        assert st["collective_bytes_sent"] == payloads + 5 * (HEADER_BYTES + token) + handshakes, st
 
 
 def test_llama_across_two_ranks_gives_the_one_process_tokens(tmp_path):
@@ -86,3 +97,33 @@ def test_llama_across_two_ranks_gives_the_one_process_tokens(tmp_path):
     for r in per_rank:
         need = r["cache_tokens"] * token_bytes
         assert r["mapped_bytes"] == 2 * layers * (-(-need // chunk) * chunk), r
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_one_packed_gather_per_layer_and_micro_batch_exact_and_refusals_everywhere(tmp_path, nproc):
+    """A small decoder over B=4 sequences, its caches split over 2 / 4 processes, unsplit and as two
+    micro-batches with overlapped gathers: every step equals one process; the collectives counted by
+    wrapping paddle.distributed are one all-gather per layer and micro-batch (plus one handshake per
+    micro-batch on the first, 5-token step) of exactly the packed size; bad input raises everywhere."""
+    pvt._ops.load()
+    layers, heads, dim, decode_steps = 3, 4, 16, 12
+    ranks = launch(tmp_path, worker="distributed_sp_overlap_worker.py", nproc=nproc)
+    for r, rec in enumerate(ranks):
+        for micro in (1, 2):
+            m = rec["exact"][f"micro_batches_{micro}"]
+            assert m["collectives_per_step"] == [layers * micro + micro] + [layers * micro] * decode_steps, m
+            assert m["functions"] == ["paddle.distributed.stream.all_gather"], m
+            sizes = {payload_bytes(rows, heads, dim, paddle.float32) for rows in m["rows_per_micro_batch"]}
+            assert m["bytes_per_decode_collective"] == sorted(sizes), m
+            assert m["max_err_vs_one_process"] <= 2e-5 and m["ranks_agree"], m
+            for st in m["stats"]:
+                assert st["world"] == nproc and st["length"] == 5 + decode_steps
+                assert max(st["tokens_per_rank"]) - min(st["tokens_per_rank"]) <= 1
+        bad = rec["bad"]
+        heads_per_rank = [2 * heads] + [heads] * (nproc - 1)
+        assert f"the ranks disagree: q_heads per rank {heads_per_rank}" in bad["split_step"], bad
+        assert "no cache changed" in bad["split_step"]
+        assert bad["split_layer1_unchanged"] and bad["split_pending_drained"], bad
+        assert "rank(s) [0] refused the call" in bad["append_fails"], bad
+        assert ("ReservationFullError" in bad["append_fails"]) == (r == 0), bad
+        assert bad["append_fails_unchanged"], bad

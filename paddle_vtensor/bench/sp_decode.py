@@ -93,7 +93,8 @@ def summarise(config: dict, ranks: list[dict]) -> dict:
             "ranks_agree": all(r["tokens"] == ranks[0]["tokens"] for r in ranks),
             "cache_tokens_total": total_tokens,
             "per_rank": [{k: r[k] for k in ("rank", "cache_tokens", "mapped_bytes", "sp_ms_per_token",
-                                             "one_process_ms_per_token")} for r in ranks],
+                                             "one_process_ms_per_token", "collectives", "collective_bytes_sent")}
+                         for r in ranks],
             "one_process_cache_bytes": ranks[0]["one_process_cache_bytes"],
             "machine_note": "CPU shared with other jobs; ranks use paddle.distributed's gloo backend"}
 

@@ -44,6 +44,7 @@ def main(cfg_path: str, out_dir: str) -> None:
               "tokens_identical": bool(np.array_equal(tokens.numpy(), ref)),
               "cache_tokens": stats["tokens"], "tokens_per_rank": stats["tokens_per_rank"],
               "mapped_bytes": stats["mapped_bytes"],
+              "collectives": stats["collectives"], "collective_bytes_sent": stats["collective_bytes_sent"],
               "own_cache_bytes": 2 * shape.layers * stats["tokens"] * token_bytes,
               "one_process_cache_bytes": 2 * shape.layers * stats["length"] * token_bytes,
               # Decode steps only (from the first token on), not the prefill.

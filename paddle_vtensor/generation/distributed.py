@@ -1,22 +1,32 @@
 """Sequence-parallel decode attention: each rank of a ``paddle.distributed`` group holds a part of
 every sequence's KV cache in its own VTensors.
 
-Every rank runs the same model on the same tokens (the query is shared); a new token's K/V is
-appended on ONE rank only, the one holding the fewest tokens, so the parts stay balanced and each
-rank's cache grows in place in its own memory. Each rank attends the query over its part
-(``decode_attention(..., return_lse=True)``), the partial ``(out, lse)`` pairs are all-gathered and
-merged exactly (``merge_attention_states``). Per step and layer: two all-gathers of ``B*Tq*Hq*(D+1)``
-numbers plus one of a small shape signature; the cache itself never moves.
+Every rank runs the same model on the same tokens and computes Q, K and V for them itself (the
+projections are replicated: nothing crosses before attention); a new token's K/V is appended on ONE
+rank only, the one holding the fewest tokens, so the parts stay balanced and each rank's cache grows
+in place in its own memory. Each rank attends the query over its part
+(``decode_attention(..., return_lse=True)``); ONE all-gather per layer moves every rank's call
+signature, lse and output packed in one byte buffer (``sp_exchange``), and every rank merges the
+parts exactly (``merge_attention_states``). The cache itself never moves.
 
     sp = SequenceParallelKVCache(num_layers, group=None, max_seq_len=8192)
     sp.begin_step(n_new)                      # the same call on every rank
     out = sp.attention(layer, q, k_new, v_new)   # per layer: q [B, Tq, Hq, D], k/v_new [B, n_new, Hkv, D]
     sp.end_step()
 
-The assignment is computed from the token counts, which every rank tracks identically, so it needs no
-communication. Before anything is appended, the ranks exchange the call's shapes: a rank count that
-does not match the group, or ranks that disagree on shapes, dtype or the step, raise the same
-``ValueError`` on every rank with every cache unchanged (no rank waits forever on the others).
+``attention_start(...)`` returns a pending call whose ``wait()`` gives the output: the collective
+runs while the caller does other work (another micro-batch's attention, an MLP; ``sp_overlap``).
+
+Collectives per layer: one. Besides, a handshake (a buffer of the agreed decode size, or 48 bytes
+before anything is agreed) on the object's first call and on the first layer of a step with more
+than one new token: the buffer's size comes from values every rank already agreed on, so a rank
+with other shapes can never send a buffer of another size. The assignment is computed from the
+token counts, which every rank tracks identically, so it needs no communication.
+
+Bad input: a rank count that does not match the group, ranks that disagree on shapes, dtype, layer
+or step, or a call one rank refuses (its own checks, or its append failing) raise the same kind of
+``ValueError`` on every rank, after the exchange, with every cache unchanged: the owner's append is
+kept only when every rank accepted the call (a dropped append releases its memory).
 
 CPU groups use Paddle's gloo backend (``python -m paddle.distributed.launch --nproc_per_node N``);
 GPU groups NCCL.
@@ -32,9 +42,8 @@ import paddle.distributed as dist
 from .. import api
 from ..attention import decode_attention
 from ..merge import MAX_PARTS, merge_attention_states
-
-_DTYPE_CODES = {paddle.float32: 1, paddle.float16: 2, paddle.bfloat16: 3}
-_SIG = ("call", "layer", "batch", "q_len", "q_heads", "head_dim", "n_new", "kv_heads", "dtype", "step")
+from .sp_exchange import (DTYPE_CODES, HEADER_BYTES, HEADER_FIELDS, KIND_HANDSHAKE, KIND_PAYLOAD, Exchange, pack,
+                          payload_bytes, unpack)
 
 
 def balanced_split(tokens: np.ndarray, n_new: int) -> np.ndarray:
@@ -78,8 +87,12 @@ class SequenceParallelKVCache:
         self.tokens = np.zeros(self.world, dtype=np.int64)  # tokens each rank holds, same on every rank
         self.length = 0  # tokens of the whole sequence
         self.steps = 0
+        self.exchange = Exchange(group, self.world)  # .calls / .bytes_sent: this object's collectives
         self._calls = 0
         self._plan: np.ndarray | None = None  # this step's new tokens per rank
+        self._layout: tuple | None = None  # (batch, q_heads, kv_heads, head_dim, dtype), agreed by every rank
+        self._step_agreed = False  # the ranks agreed on this step's token count (a handshake)
+        self._pending: PendingAttention | None = None
 
     # ---- the step protocol
 
@@ -92,6 +105,7 @@ class SequenceParallelKVCache:
             raise ValueError(f"SequenceParallelKVCache.begin_step: n_new must be positive, got {n_new}")
         self._plan = balanced_split(self.tokens, int(n_new))
         self._done = [False] * self.num_layers
+        self._step_agreed = int(n_new) == 1  # a one-token step's buffer size is the agreed decode size
         first = int(self._plan[: self.rank].sum())
         return first, int(self._plan[self.rank])
 
@@ -99,6 +113,8 @@ class SequenceParallelKVCache:
         """Every layer has attended: the planned tokens now belong to their ranks."""
         if self._plan is None:
             raise RuntimeError("SequenceParallelKVCache.end_step: no step begun")
+        if self._pending is not None:
+            raise RuntimeError(f"SequenceParallelKVCache.end_step: layer {self._pending.layer}'s attention was not waited for")
         if not all(self._done):
             missing = [i for i, d in enumerate(self._done) if not d]
             raise RuntimeError(f"SequenceParallelKVCache.end_step: layers {missing} did not attend this step")
@@ -112,25 +128,55 @@ class SequenceParallelKVCache:
         sequence: this rank appends its share of ``k_new``/``v_new [B, n_new, Hkv, D]`` to its layer
         caches, attends over its part, and the parts are gathered and merged. Returns
         ``[B, Tq, Hq, D]`` in q's dtype, the same on every rank."""
+        return self.attention_start(layer, q, k_new, v_new, overlap=False).wait()
+
+    def attention_start(self, layer: int, q: paddle.Tensor, k_new: paddle.Tensor, v_new: paddle.Tensor,
+                        overlap: bool = True) -> "PendingAttention":
+        """:meth:`attention` up to the exchange: appends (provisionally), attends over this rank's
+        part and starts the all-gather. ``wait()`` on the result finishes it (merge, or the
+        ValueError of a refused call). One pending call per object; every rank calls in one order.
+        ``overlap=False``: the caller waits at once (the collective may then run on this thread)."""
         if self._plan is None:
             raise RuntimeError("SequenceParallelKVCache.attention: call begin_step first")
+        if self._pending is not None:
+            raise RuntimeError(f"SequenceParallelKVCache.attention: layer {self._pending.layer}'s call is still "
+                               "pending (wait() for it first)")
         n_new = int(self._plan.sum())
         local_error = self._check_local(layer, q, k_new, v_new, n_new)
-        self._agree(layer, q, k_new, n_new, local_error)  # raises on every rank alike; nothing changed yet
-        first = int(self._plan[: self.rank].sum())
-        mine = int(self._plan[self.rank])
-        if mine:
-            self._append(layer, k_new[:, first:first + mine], v_new[:, first:first + mine])
-        out, lse = self._partial(layer, q, n_new, first, mine)
-        outs, lses = self._all_gather(out), self._all_gather(lse)
-        self._done[layer] = True
-        return merge_attention_states(outs, lses)[0]
+        self._calls += 1
+        header = self._header(layer, q, k_new, n_new, local_error)
+        place = q.place if isinstance(q, paddle.Tensor) else paddle.framework._current_expected_place()
+        if self._layout is None or not self._step_agreed:
+            self._handshake(header, place, local_error)  # raises on every rank alike; nothing changed yet
+        pending = PendingAttention(self, layer, local_error, q.shape[1] if not local_error else 0)
+        first, mine = int(self._plan[: self.rank].sum()), int(self._plan[self.rank])
+        lse = out = None
+        if not local_error:
+            try:
+                k, v = self.k[layer], self.v[layer]
+                if mine:  # provisional: installed by wait() only when every rank accepted the call
+                    k, v = self._append(layer, k_new[:, first:first + mine], v_new[:, first:first + mine])
+                    pending.new_kv = (k, v)
+                out, lse = self._partial(k, v, q, n_new, first, mine)
+                if q.shape[1] < n_new:  # pad to the agreed n_new rows (their lse -inf: they weigh nothing)
+                    pad = [q.shape[0], n_new - q.shape[1], q.shape[2]]
+                    out = paddle.concat([out, paddle.zeros(pad + [q.shape[3]], out.dtype)], axis=1)
+                    lse = paddle.concat([lse, paddle.full(pad, -math.inf, "float32")], axis=1)
+            except Exception as e:  # e.g. ReservationFullError on the owner: every rank must hear of it
+                pending.new_kv, out, lse = None, None, None
+                pending.local_error = local_error = f"{type(e).__name__}: {e}"
+                header[-1] = 1
+        b, hq, _, d, dtype = self._layout
+        pending.handle = self.exchange.start(pack(header, payload_bytes(b * n_new, hq, d, dtype), place, lse, out),
+                                             overlap)
+        self._pending = pending
+        return pending
 
     # ---- reports
 
     def stats(self) -> dict:
-        """This rank's tokens and mapped bytes (its VTensors' memory on its device), and every rank's
-        token count (the plan every rank tracks)."""
+        """This rank's tokens and mapped bytes (its VTensors' memory on its device), every rank's
+        token count (the plan every rank tracks), and this object's collectives (calls, bytes sent)."""
         place = "cpu"
         for t in self.k:
             if t is not None:
@@ -138,7 +184,8 @@ class SequenceParallelKVCache:
                 break
         return {"rank": self.rank, "world": self.world, "length": self.length, "steps": self.steps,
                 "tokens_per_rank": self.tokens.tolist(), "tokens": int(self.tokens[self.rank]),
-                "mapped_bytes": int(api.memory_stats(place)["mapped_bytes"])}
+                "mapped_bytes": int(api.memory_stats(place)["mapped_bytes"]),
+                "collectives": self.exchange.calls, "collective_bytes_sent": self.exchange.bytes_sent}
 
     # ---- internals
 
@@ -151,7 +198,7 @@ class SequenceParallelKVCache:
         for name, x in (("q", q), ("k_new", k_new), ("v_new", v_new)):
             if not isinstance(x, paddle.Tensor) or x.ndim != 4:
                 return f"{name} must be a rank-4 paddle.Tensor"
-        if q.dtype not in _DTYPE_CODES or k_new.dtype != q.dtype or v_new.dtype != q.dtype:
+        if q.dtype not in DTYPE_CODES or k_new.dtype != q.dtype or v_new.dtype != q.dtype:
             return f"q, k_new and v_new must share one float dtype, got {q.dtype}, {k_new.dtype}, {v_new.dtype}"
         if list(k_new.shape) != list(v_new.shape):
             return f"k_new has shape {list(k_new.shape)} but v_new {list(v_new.shape)}"
@@ -168,52 +215,70 @@ class SequenceParallelKVCache:
             if have[0] != b or have[2] != k_new.shape[2] or have[3] != d or self.k[layer].dtype != q.dtype:
                 return (f"layer {layer}'s cache on this rank is [{have[0]}, *, {have[2]}, {have[3]}] "
                         f"{self.k[layer].dtype}; the new tokens are {list(k_new.shape)} {k_new.dtype}")
+        layout = (b, hq, k_new.shape[2], d, q.dtype)
+        if self._layout is not None and layout != self._layout:
+            names = ("batch", "q_heads", "kv_heads", "head_dim", "dtype")
+            return (f"this call's {dict(zip(names, layout))} is not the layout the ranks agreed on "
+                    f"{dict(zip(names, self._layout))} (one layout per SequenceParallelKVCache)")
         return ""
 
-    def _agree(self, layer, q, k_new, n_new, local_error: str) -> None:
-        self._calls += 1
-        ok = not local_error
-        sig = [self._calls, layer if isinstance(layer, int) else -1]
-        sig += [int(x) for x in q.shape] if ok else [-1] * 4
-        sig += [n_new, int(k_new.shape[2]) if ok else -1, _DTYPE_CODES.get(q.dtype, 0) if ok else -1, self.steps]
-        sig.append(0 if ok else 1)
-        rows = np.stack([g.numpy() for g in self._all_gather(paddle.to_tensor(sig, dtype="int64"))])
-        failed = [r for r in range(self.world) if rows[r, -1]]
-        if local_error:
-            raise ValueError(f"SequenceParallelKVCache.attention (rank {self.rank}): {local_error}; no cache changed")
-        if failed:
-            raise ValueError(f"SequenceParallelKVCache.attention: rank(s) {failed} refused the call; no cache changed")
-        differ = [(name, rows[:, i].tolist()) for i, name in enumerate(_SIG) if len(set(rows[:, i].tolist())) > 1]
+    def _header(self, layer, q, k_new, n_new, local_error: str) -> list[int]:
+        """The call's signature (HEADER_FIELDS), compared across ranks after the exchange: the
+        shapes as given (-1 where not a rank-4 tensor), so the ranks see each other's values."""
+        def dims(x, i):
+            return int(x.shape[i]) if isinstance(x, paddle.Tensor) and x.ndim == 4 else -1
+        sig = [self._calls, layer if isinstance(layer, int) else -1] + [dims(q, i) for i in range(4)]
+        sig += [n_new, dims(k_new, 2), DTYPE_CODES.get(q.dtype, 0) if isinstance(q, paddle.Tensor) else -1, self.steps]
+        return sig + [KIND_PAYLOAD, 1 if local_error else 0]
+
+    def _handshake(self, header: list[int], place, local_error: str) -> None:
+        """Agree on the layout (the first call) and on a multi-token step's size before its payload.
+        The buffer holds the header only, padded to the agreed one-token payload once there is one,
+        so it is as long as any rank's payload of a step the ranks think has one token."""
+        size = HEADER_BYTES
+        if self._layout is not None:
+            b, hq, _, d, dtype = self._layout
+            size = payload_bytes(b, hq, d, dtype)
+        header = header[:-2] + [KIND_HANDSHAKE, header[-1]]
+        headers, _, _ = unpack(self.exchange.run(pack(header, size, place)), self.world, size)
+        self._judge(headers, local_error)
+        if self._layout is None:
+            b, _, hq, d = (int(x) for x in headers[0, 2:6])
+            self._layout = (b, hq, int(headers[0, 7]), d, {c: t for t, c in DTYPE_CODES.items()}[int(headers[0, 8])])
+        self._step_agreed = True
+
+    def _judge(self, headers: np.ndarray, local_error: str) -> None:
+        """Raise, on every rank alike, when the ranks' calls differ or one refused its own: one
+        ValueError saying what differs (every rank's values), who refused, and this rank's reason."""
+        why = []
+        differ = [(name, headers[:, i].tolist()) for i, name in enumerate(HEADER_FIELDS[:-1])
+                  if len(set(headers[:, i].tolist())) > 1]
         if differ:
-            what = ", ".join(f"{name} per rank {vals}" for name, vals in differ)
-            raise ValueError(f"SequenceParallelKVCache.attention: the ranks disagree: {what}; no cache changed")
+            why.append("the ranks disagree: " + ", ".join(f"{name} per rank {vals}" for name, vals in differ))
+        failed = [r for r in range(self.world) if headers[r, -1]]
+        if failed:
+            why.append(f"rank(s) {failed} refused the call")
+        if local_error:
+            why.append(f"rank {self.rank}: {local_error}")
+        if why:
+            raise ValueError(f"SequenceParallelKVCache.attention: {'; '.join(why)}; no cache changed")
 
-    def _all_gather(self, x: paddle.Tensor) -> list[paddle.Tensor]:
-        if self.world == 1:  # a one-rank group (init_parallel_env makes none for one process)
-            return [x]
-        out = []
-        dist.all_gather(out, x, group=self.group)
-        return out
-
-    def _append(self, layer, k, v) -> None:
+    def _append(self, layer, k, v):
+        """The layer's caches with ``k``/``v`` appended, not yet installed (dropping them undoes it)."""
         kw = {"max_seq_len": self.max_seq_len, "chunk_bytes": self.chunk_bytes}
         if self.k[layer] is None:
-            self.k[layer], self.v[layer] = api.from_dense(k, **kw), api.from_dense(v, **kw)
-            return
+            return api.from_dense(k, **kw), api.from_dense(v, **kw)
         new_k = api.append(self.k[layer], k, **kw)
         try:
-            new_v = api.append(self.v[layer], v, **kw)
+            return new_k, api.append(self.v[layer], v, **kw)
         except Exception:
-            # K grew but V could not: keep the old K view (the longer one dies with new_k), so the
-            # layer's caches stay as they were.
+            # K grew but V could not: the longer K view dies with new_k, so the caches stay as they were.
             del new_k
             raise
-        self.k[layer], self.v[layer] = new_k, new_v
 
-    def _partial(self, layer, q, n_new, first, mine):
-        """This rank's (out, lse) over its part; zeros and -inf for an empty part."""
+    def _partial(self, k, v, q, n_new, first, mine):
+        """This rank's (out, lse) over its part ``k``/``v``; zeros and -inf for an empty part."""
         b, tq, hq, d = q.shape
-        k, v = self.k[layer], self.v[layer]
         if k is None:
             return paddle.zeros(q.shape, q.dtype), paddle.full([b, tq, hq], -math.inf, "float32")
         mask = None
@@ -234,4 +299,39 @@ class SequenceParallelKVCache:
         return decode_attention(q, k, v, mask, scale=self.scale, return_lse=True)
 
 
-__all__ = ["SequenceParallelKVCache", "balanced_split"]
+class PendingAttention:
+    """An attention call whose all-gather may still be running; ``wait()`` finishes it."""
+
+    def __init__(self, sp: SequenceParallelKVCache, layer, local_error: str, q_len: int):
+        self.sp, self.layer, self.local_error, self.q_len = sp, layer, local_error, q_len
+        self.new_kv = None  # the owner's provisional caches
+        self.handle = None
+
+    def wait(self) -> paddle.Tensor:
+        """The merged attention ``[B, Tq, Hq, D]``, the same on every rank; or the ValueError of a
+        refused call (every rank alike, the provisional append dropped)."""
+        sp = self.sp
+        if sp._pending is not self:
+            raise RuntimeError("PendingAttention.wait: already waited for")
+        sp._pending = None
+        new_kv, self.new_kv = self.new_kv, None
+        b, hq, _, d, dtype = sp._layout
+        n_new = int(sp._plan.sum())
+        headers, outs, lses = unpack(self.handle.wait(), sp.world, payload_bytes(b * n_new, hq, d, dtype),
+                                     [b, n_new], hq, d, dtype)
+        sp._judge(headers, self.local_error)  # a refusal drops new_kv here: no cache changed
+        if new_kv is not None:
+            sp.k[self.layer], sp.v[self.layer] = new_kv
+        sp._done[self.layer] = True
+        out = merge_attention_states(outs, lses)[0]
+        return out if self.q_len == n_new else out[:, :self.q_len].contiguous()
+
+    def cancel(self) -> None:
+        """Finish the all-gather (the other ranks take part in it) and keep nothing: the
+        provisional append is dropped and the layer counts as not attended."""
+        if self.sp._pending is self:
+            self.sp._pending, self.new_kv = None, None
+            self.handle.wait()
+
+
+__all__ = ["SequenceParallelKVCache", "PendingAttention", "balanced_split"]

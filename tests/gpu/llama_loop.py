@@ -48,13 +48,20 @@ def rms_norm(x):  # Llama's RMSNorm (unit weight)
 
 def layer(x, w, attend, kvh, T=1):
     """x [B*T, HID]: T new tokens of each of B sequences (spec_loop.py verifies T = k + 1 at once)."""
-    BT = x.shape[0]
+    return layer_post(x, attend(*layer_qkv(x, w, kvh, T)), w)
+
+
+def layer_qkv(x, w, kvh, T=1):
+    """The layer up to attention: q [B,T,H,D], k and v [B,T,kvh,D] (views of one GEMM's output)."""
+    B = x.shape[0] // T
     qkv = rms_norm(x) @ w["qkv"]
-    q = qkv[:, :H * D].view(BT // T, T, H, D)
-    k = qkv[:, H * D:(H + kvh) * D].view(BT // T, T, kvh, D)
-    v = qkv[:, (H + kvh) * D:].view(BT // T, T, kvh, D)
-    a = attend(q, k, v).reshape(BT, H * D)
-    x = x + a @ w["o"]
+    return (qkv[:, :H * D].view(B, T, H, D), qkv[:, H * D:(H + kvh) * D].view(B, T, kvh, D),
+            qkv[:, (H + kvh) * D:].view(B, T, kvh, D))
+
+
+def layer_post(x, a, w):
+    """The layer after attention (a [B,T,H,D]): output projection, residual, SiLU-gated MLP."""
+    x = x + a.reshape(x.shape[0], H * D) @ w["o"]
     g, u = (rms_norm(x) @ w["up"]).chunk(2, dim=-1)
     return x + (F.silu(g) * u) @ w["down"]
 

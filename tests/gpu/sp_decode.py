@@ -1,20 +1,28 @@
-"""Sequence-parallel decode on 2 GPUs of one host (issue 10, points 1, 3 and 4), NCCL through PyTorch.
+"""Sequence-parallel decode on 2 GPUs of one host (issues 10 and 29), NCCL through PyTorch.
 
-    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node 2 tests/gpu/sp_decode.py OUT.json [--quick]
+    python3 tests/gpu/build.py > /dev/null && python3 tests/gpu/sp_build.py > /dev/null
+    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node 2 tests/gpu/sp_decode.py OUT.json [--quick] [--trace DIR]
 
 1. Merge on CUDA (each rank, its own GPU): decode_attention_cuda with lse over a cache split into 1-5
    parts, merged by merge_attention_states_cuda, against attention over the whole cache (same kernel)
    and a float64 PyTorch reference; fp32, fp16, bf16.
-2. A Llama-shaped decode (tests/gpu/llama_loop.py's layer: Llama-3-8B-like, 32 layers, 32 query
-   heads, 8 kv heads, head_dim 128, fp16, random weights, real GEMMs), B=1, at long context:
-   (a) one GPU: rank 0 holds the whole cache (one SeqMajorCache per layer and K/V), rank 1 idles;
-   (b) two GPUs: each rank holds its half of the prompt's K/V in its own caches; each new token's K/V
-       goes to the rank holding fewer tokens; per layer each rank attends over its part with lse, one
-       NCCL all_gather moves the (out, lse) pairs (B*H*(D*2+4) bytes per rank) and the merge kernel
-       combines them. Weights are replicated, so only the attention's cache read is split.
-   Each step's hidden state of (b) is compared with (a)'s; median ms/step of the timed steps, with
-   the same for attention alone (no GEMMs: the part sequence parallelism speeds up).
-3. Tokens and mapped bytes per rank at the end.
+2. A Llama-3-8B-shaped decode (tests/gpu/llama_loop.py's layer: 32 layers, 32 query heads, 8 kv heads,
+   head_dim 128, fp16, random weights, real GEMMs) at long context, rows B x context:
+   (a) one GPU: rank 0 holds the whole cache, rank 1 idles (skipped when the cache and the weights
+       do not fit one GPU: the 1M-token row, B=8 at 128k);
+   (b) two GPUs, one packed collective per layer: every rank computes QKV itself (replicated
+       weights: nothing crosses before attention), the new token's K/V goes to the rank holding fewer
+       tokens, each rank attends over its part with lse, ONE all_gather_into_tensor moves every
+       rank's (lse, out) packed in one byte buffer, the merge kernel combines them;
+   (c) (b) overlapped: two micro-batches per layer (B >= 2: halves of the batch, each with its own
+       caches; B = 1: halves of the heads, 16 query / 4 kv heads each), each gather started
+       asynchronously (NCCL's stream) right after its micro-batch's attention, so micro-batch 0's
+       gather runs during micro-batch 1's attention (and, for batch halves, micro-batch 1's during
+       micro-batch 0's output projection and MLP).
+   Each step's hidden state of (b) and (c) is compared with (a)'s (or (b)'s when (a) does not fit);
+   median ms/step of the timed steps, tokens/s = B * 1000 / ms; per-rank memory.
+3. --trace DIR: a torch.profiler trace (Chrome JSON) of one step of (b) and (c) at the first row, per
+   rank: the GPU timeline of the gathers against the attention and GEMM kernels.
 Writes OUT.json on rank 0 (and prints one JSON line per row).
 """
 import json
@@ -94,27 +102,41 @@ def check_merge(ext, spx):
 
 # ---- 2. the Llama-shaped decode
 
-def prompt_kv(i, ctx):
-    """Layer i's prompt K and V as [ctx, B=1, Hkv, D] (the cache's storage order), the same on every rank."""
-    g = torch.Generator(device="cuda").manual_seed(1000 + i)
-    return [torch.randn(ctx, 1, KVH, D, device="cuda", dtype=dt, generator=g) for _ in range(2)]
+KV_BYTES_PER_TOKEN = L * 2 * KVH * D * 2  # every layer's K and V, fp16, one sequence
+SEED_CHUNK = 65536  # the prompt's K/V are drawn per (layer, K or V, chunk of tokens): any rank draws its part alone
+ROWS = [(1, 131072), (1, 262144), (1, 524288), (1, 1048576), (8, 65536), (8, 131072), (8, 262144), (8, 524288)]
+
+
+def prompt_kv(i, kv, B, lo, hi):
+    """Tokens lo..hi of layer i's prompt K (kv=0) or V (kv=1) as [hi-lo, B, Hkv, D], the same values
+    whatever the split (drawn per SEED_CHUNK tokens)."""
+    parts = []
+    for c in range(lo // SEED_CHUNK, (hi - 1) // SEED_CHUNK + 1):
+        g = torch.Generator(device="cuda").manual_seed(1000 + 4096 * i + 2 * c + kv)
+        chunk = torch.randn(SEED_CHUNK, B, KVH, D, device="cuda", dtype=dt, generator=g)
+        a, b = max(lo, c * SEED_CHUNK) - c * SEED_CHUNK, min(hi, (c + 1) * SEED_CHUNK) - c * SEED_CHUNK
+        parts.append(chunk[a:b].clone())
+        del chunk
+    return torch.cat(parts) if len(parts) > 1 else parts[0]
 
 
 class Part:
-    """One rank's caches (K and V per layer) over its tokens of the sequence."""
+    """One rank's caches (K and V per layer) over its tokens lo..hi of the prompt, rows r0..r1 of a
+    batch of B."""
 
-    def __init__(self, ext, ctx, ctx_lo, ctx_hi, capacity):
-        self.ext, self.n = ext, ctx_hi - ctx_lo
+    def __init__(self, ext, B, r0, r1, lo, hi, capacity):
+        self.ext, self.n, self.B = ext, hi - lo, r1 - r0
         self.caches, self.views = [], []
         for i in range(L):
             pair = []
-            for src in prompt_kv(i, ctx):  # generated whole (the same values on every rank), kept in part
-                c = ext.Cache(1, KVH, D, "float16", capacity)
+            for kv in range(2):
+                c = ext.Cache(self.B, KVH, D, "float16", capacity)
                 if self.n:
                     c.begin_append(0, self.n)
-                    c.tensor()[:self.n].copy_(src[ctx_lo:ctx_hi])
+                    for t in range(lo, hi, SEED_CHUNK):  # chunk by chunk: bounded temporary memory
+                        e = min(hi, t + SEED_CHUNK)
+                        c.tensor()[t - lo:e - lo].copy_(prompt_kv(i, kv, B, t, e)[:, r0:r1])
                 pair.append(c)
-            del src
             self.caches.append(pair)
             self.views.append([c.tensor() for c in pair])
         torch.cuda.synchronize()
@@ -131,89 +153,123 @@ class Part:
         return sum(c.mapped_bytes() for pair in self.caches for c in pair)
 
 
-def run(ext, spx, W, ctx, steps, mode, attn_only):
-    """mode 'one': rank 0 alone over the whole cache; 'sp': both ranks, half each. Returns (median ms
-    per step on rank 0, the hidden state after every step, stats)."""
+class Micro:
+    """One micro-batch of a layer: batch rows of its Part, a group of heads, and its packed buffers
+    (send: this rank's lse float32 then out fp16; recv: every rank's, in rank order)."""
+
+    def __init__(self, part, g, h0, h1, world):
+        self.part, self.g, self.h0, self.h1 = part, g, h0, h1
+        rows = part.B * (h1 - h0)
+        self.n_lse, self.n_out = rows * 4, rows * D * 2
+        size = self.n_lse + self.n_out
+        self.send = torch.empty(size, dtype=torch.uint8, device="cuda")
+        self.recv = torch.empty(world * size, dtype=torch.uint8, device="cuda")
+        shape = (part.B, 1, h1 - h0)
+        self.my_lse = self.send[:self.n_lse].view(torch.float32).view(shape)
+        self.my_out = self.send[self.n_lse:].view(dt).view(*shape, D)
+        self.lses = [self.recv[r * size:r * size + self.n_lse].view(torch.float32).view(shape) for r in range(world)]
+        self.outs = [self.recv[r * size + self.n_lse:(r + 1) * size].view(dt).view(*shape, D) for r in range(world)]
+        self.merged_lse = torch.empty(shape, dtype=torch.float32, device="cuda")
+        self.bytes_sent = size
+
+
+def run(ext, spx, W, B, ctx, steps, mode, trace_path=None):
+    """mode 'one': rank 0 alone over the whole cache; 'sp': every rank its part, one packed gather per
+    layer; 'overlap': 'sp' with two micro-batches whose gathers run asynchronously. Returns (median
+    ms per step on rank 0, the hidden state after every step, stats)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     capacity = ctx + steps + 8
+    torch.cuda.reset_peak_memory_stats()
     if mode == "one":
         if rank != 0:
             dist.barrier()
             return None, None, None
-        part = Part(ext, ctx, 0, ctx, capacity)
-        tokens = [ctx]
+        lo, hi, tokens, ranks = 0, ctx, [ctx], 1
     else:
         half = ctx // world
         lo, hi = rank * half, ctx if rank == world - 1 else (rank + 1) * half
-        part = Part(ext, ctx, lo, hi, capacity)
-        tokens = [half] * (world - 1) + [ctx - half * (world - 1)]
-    B = 1
-    out = torch.empty(B, 1, H, D, device="cuda", dtype=dt)
-    lse = torch.empty(B, 1, H, dtype=torch.float32, device="cuda")
-    ws = torch.empty(max(ext.workspace_bytes(out, part.views[0][0], part.views[0][1], out, capacity, lse=lse),
-                         ext.workspace_bytes(out, part.views[0][0], part.views[0][1], out, capacity)),
-                     dtype=torch.uint8, device="cuda")
-    # One all_gather per layer: this rank's out (fp16) and lse (fp32) packed into one byte buffer.
-    n_out, n_lse = out.numel() * out.element_size(), lse.numel() * 4
-    send = torch.empty(n_out + n_lse, dtype=torch.uint8, device="cuda")
-    recv = torch.empty(world * (n_out + n_lse), dtype=torch.uint8, device="cuda")
-    my_out = send[:n_out].view(dt).view(out.shape)
-    my_lse = send[n_out:].view(torch.float32).view(lse.shape)
-    parts_out = [recv[r * (n_out + n_lse):r * (n_out + n_lse) + n_out].view(dt).view(out.shape) for r in range(world)]
-    parts_lse = [recv[r * (n_out + n_lse) + n_out:(r + 1) * (n_out + n_lse)].view(torch.float32).view(lse.shape)
-                 for r in range(world)]
-    merged_lse = torch.empty_like(lse)
-    g = torch.Generator(device="cuda").manual_seed(7)
-    fixed_qkv = [[torch.randn(B, 1, h, D, device="cuda", dtype=dt, generator=g) for h in (H, KVH, KVH)]
-                 for _ in range(L)]
+        tokens, ranks = [half] * (world - 1) + [ctx - half * (world - 1)], world
+    groups = [(0, B // 2), (B // 2, B)] if mode == "overlap" and B >= 2 else [(0, B)]
+    heads = [(0, H // 2), (H // 2, H)] if mode == "overlap" and B == 1 else [(0, H)]
+    parts = [Part(ext, B, r0, r1, lo, hi, capacity) for r0, r1 in groups]
+    micros = [[Micro(p, g, h0, h1, ranks) for h0, h1 in heads] for g, p in enumerate(parts)]
+    q_like = torch.empty(B, 1, H, D, device="cuda", dtype=dt)
+    lse_like = torch.empty(B, 1, H, dtype=torch.float32, device="cuda")
+    v0 = parts[0].views[0]
+    ws = torch.empty(max(ext.workspace_bytes(q_like, v0[0], v0[1], q_like, capacity, lse=lse_like),
+                         ext.workspace_bytes(q_like, v0[0], v0[1], q_like, capacity)), dtype=torch.uint8, device="cuda")
+    kv_per_q = H // KVH
 
-    def attend_fn(i, owner, pos):
-        def attend(q, k, v):
-            if owner:
-                part.append(i, k, v, pos)
-            n = part.n + (1 if owner else 0)
-            if mode == "one":
-                o = torch.empty_like(out)
-                ext.attention(q, part.views[i][0], part.views[i][1], o, n, ws)
-                return o
-            if n:
-                ext.attention(q, part.views[i][0], part.views[i][1], my_out, n, ws, lse=my_lse)
-            else:
-                my_out.zero_()
-                my_lse.fill_(float("-inf"))
-            dist.all_gather_into_tensor(recv, send)
-            o = torch.empty_like(out)
-            spx.merge(parts_out, parts_lse, o, merged_lse)
-            return o
-        return attend
+    def attend_part(m, i, q, n):
+        """This rank's (lse, out) of micro-batch m into its send buffer; then its gather starts."""
+        K, V = (t[:, :, m.h0 // kv_per_q:m.h1 // kv_per_q] for t in m.part.views[i])
+        if n:
+            ext.attention(q[:, :, m.h0:m.h1], K, V, m.my_out, n, ws, lse=m.my_lse)
+        else:
+            m.my_out.zero_()
+            m.my_lse.fill_(float("-inf"))
+        return dist.all_gather_into_tensor(m.recv, m.send, async_op=True)
+
+    def step(x, owner):
+        xs = [x[r0:r1] for r0, r1 in groups]
+        pos = parts[0].n
+        for i in range(L):
+            pending = []
+            for g, part in enumerate(parts):
+                q, k, v = llama_loop.layer_qkv(xs[g], W[i], KVH)  # replicated: every rank computes QKV
+                if owner:
+                    part.append(i, k, v, pos)
+                n = part.n + (1 if owner else 0)
+                if mode == "one":
+                    o = torch.empty_like(q)
+                    ext.attention(q, part.views[i][0], part.views[i][1], o, n, ws)
+                    pending.append([o])
+                    continue
+                pending.append([(m, attend_part(m, i, q, n)) for m in micros[g]])
+            for g in range(len(parts)):
+                if mode != "one":
+                    halves = []
+                    for m, work in pending[g]:
+                        work.wait()  # the current stream waits for this gather only
+                        o = torch.empty_like(m.my_out)
+                        spx.merge(m.outs, m.lses, o, m.merged_lse)
+                        halves.append(o)
+                    pending[g] = [torch.cat(halves, dim=2) if len(halves) > 1 else halves[0]]
+                xs[g] = llama_loop.layer_post(xs[g], pending[g][0], W[i])
+        return torch.cat(xs) if len(xs) > 1 else xs[0]
 
     x0 = torch.randn(B, llama_loop.HID, device="cuda", dtype=dt, generator=torch.Generator(device="cuda").manual_seed(1))
     ys, times = [], []
-    for step in range(steps):
+    for s in range(steps):
         owner_rank = 0 if mode == "one" else min(range(world), key=lambda r: (tokens[r], r))
         owner = owner_rank == rank
-        pos = part.n
-        fns = [attend_fn(i, owner, pos) for i in range(L)]
         e0, e1 = torch.cuda.Event(True), torch.cuda.Event(True)
-        if mode == "sp":
+        if mode != "one":
             dist.barrier()
+        prof = None
+        if trace_path and s == steps - 1:
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                      torch.profiler.ProfilerActivity.CUDA])
+            prof.__enter__()
         e0.record()
-        y = x0
-        for i in range(L):
-            if attn_only:
-                q, k, v = fixed_qkv[i]
-                y = y + fns[i](q, k, v).reshape(B, H * D)[:, :llama_loop.HID]
-            else:
-                y = llama_loop.layer(y, W[i], fns[i], KVH)
+        y = step(x0, owner)
         e1.record()
         torch.cuda.synchronize()
+        if prof is not None:
+            prof.__exit__(None, None, None)
+            prof.export_chrome_trace(trace_path)
         times.append(e0.elapsed_time(e1))
         ys.append(y.float().clone())
         if owner:
-            part.n += 1
+            for p in parts:
+                p.n += 1
         tokens[owner_rank] += 1
-    stats = {"rank": rank, "tokens": part.n, "tokens_per_rank": tokens, "mapped_bytes": part.mapped_bytes()}
-    del part
+    stats = {"rank": rank, "tokens": parts[0].n, "tokens_per_rank": tokens,
+             "mapped_bytes": sum(p.mapped_bytes() for p in parts),
+             "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+             "gathers_per_step": 0 if mode == "one" else L * sum(len(m) for m in micros),
+             "bytes_sent_per_layer": 0 if mode == "one" else sum(m.bytes_sent for ms in micros for m in ms)}
+    del parts, micros
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     if mode == "one":
@@ -222,9 +278,18 @@ def run(ext, spx, W, ctx, steps, mode, attn_only):
     return timed[len(timed) // 2], ys, stats
 
 
+def fits(B, ctx, ranks, weights_bytes, free_bytes):
+    """Whether a rank's share of the cache (and the weights, a 4 GiB margin) fits its free memory."""
+    need = -(-B * ctx // ranks) * KV_BYTES_PER_TOKEN + weights_bytes + 4 * 2**30
+    return need <= free_bytes, need
+
+
 def main():
     out_path = sys.argv[1]
     quick = "--quick" in sys.argv
+    trace_dir = sys.argv[sys.argv.index("--trace") + 1] if "--trace" in sys.argv else None
+    if trace_dir:
+        os.makedirs(trace_dir, exist_ok=True)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
@@ -248,27 +313,55 @@ def main():
                 log(json.dumps(r))
         torch.manual_seed(0)
         W = llama_loop.weights(KVH)
-        steps = 6 if quick else 20
+        weights_bytes = sum(t.numel() * t.element_size() for w in W for t in w.values())
+        free = torch.cuda.mem_get_info()[0] + weights_bytes  # what this rank has besides the weights
+        steps = 6 if quick else 12
         rows = []
-        for ctx in ((131072,) if quick else (131072, 524288)):
-            for attn_only in (False, True):
-                ms_one, ys_one, st_one = run(ext, spx, W, ctx, steps, "one", attn_only)
-                ms_sp, ys_sp, st_sp = run(ext, spx, W, ctx, steps, "sp", attn_only)
-                stats = [None] * world
-                dist.all_gather_object(stats, st_sp)
-                if rank == 0:
-                    diffs = [float((a - b).abs().max()) for a, b in zip(ys_one, ys_sp)]
-                    row = {"ctx": ctx, "B": 1, "layers": L, "q_heads": H, "kv_heads": KVH, "head_dim": D,
-                           "dtype": "float16", "attention_only": attn_only, "steps": steps,
-                           "one_gpu_ms": round(ms_one, 3), "two_gpu_ms": round(ms_sp, 3),
-                           "speedup": round(ms_one / ms_sp, 3),
-                           "max_hidden_diff_vs_one_gpu": max(diffs),
-                           "hidden_absmax": float(max(y.abs().max() for y in ys_one)),
-                           "one_gpu_mapped_gib": round(st_one["mapped_bytes"] / 2**30, 3),
-                           "per_rank": [{"tokens": s["tokens"], "mapped_gib": round(s["mapped_bytes"] / 2**30, 3)}
-                                        for s in stats]}
-                    rows.append(row)
-                    log(json.dumps(row))
+        for B, ctx in (ROWS[:1] if quick else ROWS):
+            one_fits, one_need = fits(B, ctx, 1, weights_bytes, free)
+            two_fits, two_need = fits(B, ctx, world, weights_bytes, free)
+            row = {"ctx": ctx, "B": B, "layers": L, "q_heads": H, "kv_heads": KVH, "head_dim": D, "dtype": "float16",
+                   "steps": steps, "one_gpu_need_gib": round(one_need / 2**30, 1),
+                   "per_rank_need_gib": round(two_need / 2**30, 1)}
+            if not two_fits:
+                row["skipped"] = "does not fit two GPUs"
+                rows.append(row)
+                log(json.dumps(row))
+                continue
+            runs = {}
+            for mode in (("one",) if one_fits else ()) + ("sp", "overlap"):
+                trace = (os.path.join(trace_dir, f"{mode}_B{B}_ctx{ctx}_rank{rank}.json")
+                         if trace_dir and not rows and mode != "one" else None)
+                runs[mode] = run(ext, spx, W, B, ctx, steps, mode, trace)
+            stats = {}
+            for mode in ("sp", "overlap"):
+                stats[mode] = [None] * world
+                dist.all_gather_object(stats[mode], runs[mode][2])
+            if rank == 0:
+                ref_mode = "one" if one_fits else "sp"
+                ys_ref = runs[ref_mode][1]
+                for mode in ("sp", "overlap"):
+                    ms, ys, _ = runs[mode]
+                    row[f"{mode}_ms"] = round(ms, 3)
+                    row[f"{mode}_tokens_per_s"] = round(B * 1000 / ms, 1)
+                    row[f"{mode}_max_hidden_diff_vs_{ref_mode}"] = max(float((a - b).abs().max())
+                                                                      for a, b in zip(ys_ref, ys))
+                    row[f"{mode}_per_rank"] = [{"tokens": s["tokens"], "mapped_gib": round(s["mapped_bytes"] / 2**30, 3),
+                                                "peak_allocated_gib": round(s["peak_allocated_bytes"] / 2**30, 2),
+                                                "gathers_per_step": s["gathers_per_step"],
+                                                "bytes_sent_per_layer": s["bytes_sent_per_layer"]}
+                                               for s in stats[mode]]
+                    if one_fits:
+                        row[f"{mode}_speedup_vs_one_gpu"] = round(runs["one"][0] / ms, 3)
+                if one_fits:
+                    row["one_gpu_ms"] = round(runs["one"][0], 3)
+                    row["one_gpu_tokens_per_s"] = round(B * 1000 / runs["one"][0], 1)
+                    row["one_gpu_mapped_gib"] = round(runs["one"][2]["mapped_bytes"] / 2**30, 3)
+                    row["hidden_absmax"] = float(max(y.abs().max() for y in ys_ref))
+                else:
+                    row["one_gpu"] = "does not fit one GPU"
+            rows.append(row)
+            log(json.dumps(row))
         result["decode"] = rows
     if rank == 0:
         with open(out_path, "w") as f:
