@@ -39,6 +39,7 @@ from .errors import (
     VTensorError,
     VTensorOutOfMemoryError,
 )
+from .map_ahead import Ticket, reserve_slots_async
 from .merge import merge_attention_states
 from .pool import collect, fill_pool, pool_limit, set_pool_limit, trim_pool
 from .sharing import reserve_for_write, share_prefix, sharing_info
@@ -80,6 +81,8 @@ __all__ = [
     "autopatch",
     "collect",
     "fill_pool",
+    "reserve_slots_async",
+    "Ticket",
     "pool_limit",
     "set_pool_limit",
     "trim_pool",
