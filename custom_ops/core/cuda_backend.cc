@@ -6,9 +6,10 @@
 //   unmap_chunk   = cuMemUnmap (Region waited for the events of every using stream first)
 //   release_chunk = cuMemRelease                (after the last mapping is gone)
 //   events  = cuEventCreate(DISABLE_TIMING) / cuEventRecord / cuEventSynchronize / cuEventQuery
-//   zeros   = every reserved place no chunk is mapped at reads zeros (zero_cover.h): one zero handle
-//             (cuMemCreate + cuMemsetD8 once) mapped read-only in runs of at most kDefaultZeroGranule
-//             (set_zero_granule); map_chunk removes the zeros first, unmap_chunk puts them back
+//   zeros   = with set_zero_granule(g > 0), every reserved place no chunk is mapped at reads zeros
+//             (zero_cover.h): zero handles of every size from the granularity to g (cuMemCreate +
+//             cuMemsetD8 once each) mapped read-only as buddy blocks; map_chunk removes the zeros
+//             first, unmap_chunk puts them back. Off by default (kDefaultZeroGranule)
 // Every call runs with the device's primary context current: that is the context the runtime API
 // (Paddle, PyTorch, CuPy) uses, so its kernels can touch what we map.
 #ifdef PADDLE_VTENSOR_WITH_CUDA
@@ -63,8 +64,10 @@ class ContextPopper {
 
 #define PVT_CHECK_NOT_FORKED() PVT_RETURN_IF_ERROR(cuda_usable_in_this_process())
 
-// The zero cover's runs by default: 64 MiB of zeros per device, one mapping per 64 MiB reserved.
-constexpr size_t kDefaultZeroGranule = size_t(64) << 20;
+// The zero cover's largest run by default. 0 (off) until the buddy-block cover has run on the H200:
+// its first run found whole-handle-only mapping (docs/SLOT_CACHE.md); 64 MiB is the candidate
+// (128 MiB of zero handles per device, one mapping per 64 MiB reserved).
+constexpr size_t kDefaultZeroGranule = 0;
 
 class CudaBackend final : public Backend, private ZeroMapper {
  public:
@@ -113,7 +116,7 @@ class CudaBackend final : public Backend, private ZeroMapper {
     PVT_CU_CHECK(cuMemAddressReserve(&ptr, bytes, granularity_, 0, 0));
     const size_t granule = cover_.granule();
     if (granule > 0) {
-      Status st = ensure_zero_handle(granule);
+      Status st = ensure_zero_handles(granule);
       if (st.ok()) st = cover_.cover_reservation(*this, static_cast<uintptr_t>(ptr), bytes);
       if (!st.ok()) {
         (void)cuMemAddressFree(ptr, bytes);
@@ -134,8 +137,8 @@ class CudaBackend final : public Backend, private ZeroMapper {
 
   Status set_zero_granule(size_t bytes) override {
     PVT_CHECK_NOT_FORKED();
-    bytes = (bytes + granularity_ - 1) / granularity_ * granularity_;
-    if (bytes > 0) PVT_RETURN_IF_ERROR(ensure_zero_handle(bytes));
+    bytes = ZeroCover::round_granule(bytes, granularity_);
+    if (bytes > 0) PVT_RETURN_IF_ERROR(ensure_zero_handles(bytes));
     cover_.set_granule(bytes);
     return Status::Ok();
   }
@@ -228,7 +231,7 @@ class CudaBackend final : public Backend, private ZeroMapper {
  private:
   CudaBackend(int ordinal, CUcontext ctx, const CUmemAllocationProp& prop, size_t gran)
       : ordinal_(ordinal), ctx_(ctx), prop_(prop), granularity_(gran),
-        cover_((kDefaultZeroGranule + gran - 1) / gran * gran) {
+        cover_(kDefaultZeroGranule, gran) {
     access_.location = prop.location;
     access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     read_only_.location = prop.location;
@@ -247,18 +250,17 @@ class CudaBackend final : public Backend, private ZeroMapper {
     return Status::Ok();
   }
 
-  // ZeroMapper: the zero handle read-only at addr (the caller pushed the context or not: push again).
+  // ZeroMapper: the zero handle of `bytes` read-only at addr (the caller may have pushed the context).
   Status map_zero(uintptr_t addr, size_t bytes) override {
     PVT_WITH_CONTEXT(ctx_);
     CUmemGenericAllocationHandle zero = 0;
     {
       std::lock_guard<std::mutex> lock(zero_mu_);
-      if (bytes > zero_bytes_) {
-        return Status(Code::kInvalidArgument, "zero cover: a run of " + std::to_string(bytes) +
-                                                  " bytes is longer than the zero handle (" +
-                                                  std::to_string(zero_bytes_) + ")");
+      auto it = zero_.find(bytes);
+      if (it == zero_.end()) {
+        return Status(Code::kInvalidArgument, "zero cover: no zero handle of " + std::to_string(bytes) + " bytes");
       }
-      zero = zero_;
+      zero = it->second;
     }
     return map_with_access(static_cast<CUdeviceptr>(addr), bytes, zero, read_only_);
   }
@@ -268,12 +270,26 @@ class CudaBackend final : public Backend, private ZeroMapper {
     return Status::Ok();
   }
 
-  // A zero handle of at least `bytes` (created once, again only when a larger granule is set):
-  // cuMemCreate, zeroed through a scratch mapping on a stream of its own (no device-wide sync).
-  // A replaced handle is released at once; the driver frees it when its last run is unmapped.
-  Status ensure_zero_handle(size_t bytes) {
+  // Zero handles of every size granularity x 2^j up to `granule` (made once each): the driver maps
+  // only whole handles, so a buddy block of each size needs a handle of that size.
+  Status ensure_zero_handles(size_t granule) {
     std::lock_guard<std::mutex> lock(zero_mu_);
-    if (zero_bytes_ >= bytes) return Status::Ok();
+    for (size_t bytes = granularity_; bytes <= granule; bytes *= 2) {
+      if (zero_.count(bytes)) continue;
+      CUmemGenericAllocationHandle h = 0;
+      PVT_RETURN_IF_ERROR(make_zero_handle(bytes, &h));
+      try {
+        zero_.emplace(bytes, h);
+      } catch (const std::bad_alloc&) {
+        (void)cuMemRelease(h);
+        return Status(Code::kOutOfMemory, "zero cover: host memory ran out");
+      }
+    }
+    return Status::Ok();
+  }
+
+  // cuMemCreate of `bytes`, zeroed through a scratch mapping on a stream of its own (no device-wide sync).
+  Status make_zero_handle(size_t bytes, CUmemGenericAllocationHandle* out) {
     PVT_WITH_CONTEXT(ctx_);
     CUmemGenericAllocationHandle h = 0;
     PVT_CU_CHECK(cuMemCreate(&h, bytes, &prop_, 0));
@@ -287,7 +303,7 @@ class CudaBackend final : public Backend, private ZeroMapper {
       if (r == CUDA_SUCCESS) r = cuMemsetD8Async(scratch, 0, bytes, stream);
       if (r == CUDA_SUCCESS) r = cuStreamSynchronize(stream);
       if (stream != nullptr) (void)cuStreamDestroy(stream);
-      if (r != CUDA_SUCCESS) st = cuda_detail::to_status(r, "zeroing the zero handle", __FILE__, __LINE__);
+      if (r != CUDA_SUCCESS) st = cuda_detail::to_status(r, "zeroing a zero handle", __FILE__, __LINE__);
       (void)cuMemUnmap(scratch, bytes);
     }
     if (scratch != 0) (void)cuMemAddressFree(scratch, bytes);
@@ -295,9 +311,7 @@ class CudaBackend final : public Backend, private ZeroMapper {
       (void)cuMemRelease(h);
       return st;
     }
-    if (zero_ != 0) (void)cuMemRelease(zero_);
-    zero_ = h;
-    zero_bytes_ = bytes;
+    *out = h;
     return Status::Ok();
   }
 
@@ -309,8 +323,7 @@ class CudaBackend final : public Backend, private ZeroMapper {
   CUmemAccessDesc read_only_ = {};
   ZeroCover cover_;
   std::mutex zero_mu_;
-  CUmemGenericAllocationHandle zero_ = 0;  // the zero handle (0: none yet)
-  size_t zero_bytes_ = 0;
+  std::map<size_t, CUmemGenericAllocationHandle> zero_;  // zero handles by size, kept for the process
 };
 
 }  // namespace

@@ -6,10 +6,19 @@
 
 namespace pvt {
 
+size_t ZeroCover::round_granule(size_t granule, size_t unit) {
+  if (unit == 0 || granule < unit) return 0;
+  size_t g = unit;
+  while (g <= granule / 2) g *= 2;
+  return g;
+}
+
 Status ZeroCover::map_runs(ZeroMapper& m, uintptr_t addr, size_t bytes) {
   std::vector<std::pair<uintptr_t, size_t>> made;
   for (uintptr_t at = addr, end = addr + bytes; at < end;) {
-    const size_t len = std::min<size_t>(granule_, end - at);
+    // The largest buddy block that starts here and fits (addresses are multiples of the unit).
+    size_t len = granule_;
+    while (len > unit_ && (at % len != 0 || at + len > end)) len /= 2;
     Status st = m.map_zero(at, len);
     if (st.ok()) {
       try {
@@ -35,7 +44,7 @@ Status ZeroCover::map_runs(ZeroMapper& m, uintptr_t addr, size_t bytes) {
 
 void ZeroCover::set_granule(size_t granule) {
   std::lock_guard<std::mutex> lock(mu_);
-  granule_ = granule;
+  granule_ = round_granule(granule, unit_);
 }
 
 size_t ZeroCover::granule() const {
@@ -86,7 +95,7 @@ Status ZeroCover::uncover(ZeroMapper& m, uintptr_t addr, size_t bytes) {
       }
       const uintptr_t lo = std::max(run, addr), hi = std::min(run + len, end);
       removed.emplace_back(lo, hi - lo);
-      it = runs_.upper_bound(run);  // past the left piece: the next run inside [addr, end), if any
+      it = runs_.lower_bound(run + len);  // the next run inside [addr, end), if any (past the pieces)
     }
     return Status::Ok();
   });

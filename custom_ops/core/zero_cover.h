@@ -4,15 +4,19 @@
 // instead of raising an illegal-address fault that kills the context. Writes there still fault: the
 // cover is mapped read-only, and the ops refuse writes outside mapped rows before writing.
 //
-// Cost (H200 figures in docs/SLOT_CACHE.md): one zero mapping costs a cuMemMap and a
-// cuMemSetAccess, ~35 µs each however long it is, and unmapping one ~22 µs; so the cover is made of
-// *runs*, each one mapping of one shared zero handle of `granule` bytes (the largest run), and a
-// reservation is covered by reserved/granule runs (a 100 GiB reservation: 1,600 runs of 64 MiB
-// instead of 51,200 chunk-sized ones). Mapping a chunk inside a run unmaps the run and covers what
-// is left of it on either side again (at most two runs); unmapping a chunk covers its place with
-// one run. So the cost is one-off per reservation / granule, then a few driver calls per chunk
-// mapped or unmapped, done where the mapping is done (ahead, by the background mapper).
-// Bookkeeping: one entry per run; at most reserved/granule + 2 per chunk mapped so far.
+// Cost (H200, docs/SLOT_CACHE.md): a zero mapping costs a cuMemMap and a cuMemSetAccess, ~35-38 µs
+// for 2 to 64 MiB (71 µs for 512 MiB: per mapping, not per byte), unmapping one ~24 µs; so the
+// cover is made of large *runs*. The driver maps only whole handles (a partial cuMemMap of a handle
+// is CUDA_ERROR_NOT_SUPPORTED), so a run of 2^j units (unit = the mapping granularity) maps a zero
+// handle of exactly that size, and runs are buddy blocks: 2^j units long, aligned to their length,
+// at most `granule`. A reservation is covered by about reserved/granule runs (100 GiB at 64 MiB:
+// 1,600 runs, 61 ms on the H200, instead of 51,200 chunk-sized ones, ~1.8 s). Mapping a chunk
+// inside a run unmaps the run and covers the rest of it with buddy blocks (at most log2(run/unit)
+// each side); a slot growing through a run chunk by chunk makes about one zero mapping per chunk in
+// all. Unmapping a chunk covers its place again (a block or a few). So the cost is one-off per
+// reservation/granule, then about one map + one unmap of zeros per chunk mapped, done where the
+// mapping is done (ahead, by the background mapper). Zero handles: one of every size from the unit
+// to the granule (2 x granule of memory per device). Bookkeeping: one entry per run.
 //
 // The driver calls go through ZeroMapper (the CUDA backend implements it; the native harness
 // tests the run arithmetic on a recording fake). Thread-safe: one mutex; calls run under it.
@@ -30,7 +34,8 @@ namespace pvt {
 class ZeroMapper {
  public:
   virtual ~ZeroMapper() = default;
-  // Map `bytes` (at most the granule) of the zero handle read-only at `addr`; on failure nothing is mapped.
+  // Map the zero handle of `bytes` (unit x 2^j, at most the granule; addr a multiple of it) read-only
+  // at `addr`; on failure nothing is mapped.
   virtual Status map_zero(uintptr_t addr, size_t bytes) = 0;
   // Unmap one whole zero run.
   virtual Status unmap_zero(uintptr_t addr, size_t bytes) = 0;
@@ -38,8 +43,9 @@ class ZeroMapper {
 
 class ZeroCover {
  public:
-  // granule: the largest run (at most the zero handle's size), a multiple of the mapping granularity.
-  explicit ZeroCover(size_t granule) : granule_(granule) {}
+  // unit: the mapping granularity; granule: the largest run, rounded down to unit x 2^j (0: no cover).
+  ZeroCover(size_t granule, size_t unit) : unit_(unit), granule_(round_granule(granule, unit)) {}
+  static size_t round_granule(size_t granule, size_t unit);
   // Runs made from now on are at most `granule` long (those made stay as they are).
   void set_granule(size_t granule);
   size_t granule() const;
@@ -65,6 +71,7 @@ class ZeroCover {
   // Unmaps the runs starting inside [base, base+bytes) and forgets them (the first error is returned).
   Status unmap_runs(ZeroMapper& m, uintptr_t base, size_t bytes);
 
+  const size_t unit_;
   size_t granule_;
   mutable std::mutex mu_;
   std::map<uintptr_t, size_t> runs_;          // start -> length

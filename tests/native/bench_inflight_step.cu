@@ -12,7 +12,8 @@
 // launch (the step path only checks its ticket). Every call on the step path is timed: the table
 // gives the slowest of each kind. Then time to first token: 256 prompts of 512 tokens arrive at
 // once: reserve 256 slots x 512 rows, launch a prefill-sized step, wait; with and without the pool.
-// Usage: bench_inflight_step [--no-cover] (the zero cover off: reads of unmapped memory fault).
+// Usage: bench_inflight_step [--no-cover] (default: the zero cover on at 64 MiB; --no-cover: off,
+// the backend's default, reads of unmapped memory fault).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -183,7 +184,7 @@ int main(int argc, char** argv) {
   const bool cover = !(argc > 1 && std::strcmp(argv[1], "--no-cover") == 0);
   Backend* b = nullptr;
   OK(get_backend(kGpu, &b));
-  if (!cover) OK(b->set_zero_granule(0));
+  OK(b->set_zero_granule(cover ? size_t(64) << 20 : 0));
   int clock_khz = 0;
   CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
   std::printf("zero cover granule %zu MiB; SM clock %d MHz\n", b->zero_granule() >> 20, clock_khz / 1000);
