@@ -41,6 +41,7 @@ from .errors import (
 )
 from .map_ahead import Ticket, reserve_slots_async
 from .merge import merge_attention_states
+from .zero_reads import set_zero_reads, zero_reads
 from .pool import collect, fill_pool, pool_limit, set_pool_limit, trim_pool
 from .sharing import reserve_for_write, share_prefix, sharing_info
 from .slots import (
@@ -82,6 +83,8 @@ __all__ = [
     "collect",
     "fill_pool",
     "reserve_slots_async",
+    "set_zero_reads",
+    "zero_reads",
     "Ticket",
     "pool_limit",
     "set_pool_limit",

@@ -40,6 +40,9 @@ _SIGNATURES = {
     "pvt_ahead_done": (ctypes.c_int, [ctypes.c_uint64]),
     "pvt_ahead_forget": (None, [ctypes.c_uint64]),
     "pvt_ahead_tickets": (_I64, []),
+    # zero_reads_c_api.cc
+    "pvt_set_zero_reads": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, _I64, ctypes.c_char_p, _I64]),
+    "pvt_zero_reads": (_I64, [ctypes.c_int, ctypes.c_int]),
     "pvt_code_name": (ctypes.c_char_p, [ctypes.c_int]),
     "pvt_find_cache": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_I64)]),
     "pvt_slot_reserve": (ctypes.c_int, [ctypes.c_void_p, _I64, _I64, ctypes.c_void_p, ctypes.c_char_p, _I64]),
@@ -152,6 +155,16 @@ def ahead_forget(ticket: int) -> None:
 
 def ahead_tickets() -> int:
     return int(_lib().pvt_ahead_tickets())
+
+
+def set_zero_reads(kind: int, index: int, granule: int) -> tuple[int, str]:
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = _lib().pvt_set_zero_reads(kind, index, granule, err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def zero_reads(kind: int, index: int) -> int:
+    return int(_lib().pvt_zero_reads(kind, index))
 
 
 def code_name(code: int) -> str | None:
