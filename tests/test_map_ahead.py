@@ -59,9 +59,9 @@ def test_a_failed_batch_raises_at_wait_and_changes_nothing():
     pvt.reserve_slot(c, 1, 10)
     before = _state(c)
     mapped = pvt.memory_stats("cpu")["mapped_bytes"]
-    pvt.set_mapped_limit(mapped + 30 * 4096, "cpu")
+    pvt.set_mapped_limit(mapped + 3 * 4096, "cpu")  # 64-byte rows: slot 1 needs 1 more page, slot 2 four
     try:
-        ticket = pvt.reserve_slots_async(c, [1, 2, 4], [100, 250, 300])  # 2 KiB rows: slot 2 passes the limit
+        ticket = pvt.reserve_slots_async(c, [1, 2, 4], [100, 250, 300])  # slot 2 passes the limit
         with pytest.raises(pvt.VTensorOutOfMemoryError, match="limit"):
             ticket.wait()
     finally:

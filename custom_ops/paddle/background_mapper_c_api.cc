@@ -13,21 +13,21 @@ using pvt::c_api::report;
 
 extern "C" {
 
-// Queues reserve of (slots[i], tokens[i]) for i < n on the cache at `ptr`; *ticket names the batch.
-// Bad slots or lengths are refused here (nothing queued).
-int pvt_reserve_slots_async(const void* ptr, const int64_t* slots, const int64_t* tokens, int64_t n,
-                            uint64_t* ticket, char* err, int64_t err_len) {
+// Queues reserve of (slots[i], tokens[i]) on the cache at `ptr`; *ticket names the batch. Bad
+// slots or lengths, or n_slots != n_tokens, are refused here (nothing queued).
+int pvt_reserve_slots_async(const void* ptr, const int64_t* slots, int64_t n_slots, const int64_t* tokens,
+                            int64_t n_tokens, uint64_t* ticket, char* err, int64_t err_len) {
   *ticket = 0;
   int code = 0;
   auto cache = find(ptr, err, err_len, &code);
   if (!cache) return code;
-  if (n < 0 || (n > 0 && (slots == nullptr || tokens == nullptr))) {
-    return report(pvt::Status(pvt::Code::kInvalidArgument, "a batch of reservations needs n >= 0 slots and lengths"),
+  if (n_slots < 0 || n_tokens < 0 || (n_slots > 0 && slots == nullptr) || (n_tokens > 0 && tokens == nullptr)) {
+    return report(pvt::Status(pvt::Code::kInvalidArgument, "a batch of reservations needs arrays of slots and lengths"),
                   err, err_len);
   }
   return report(pvt::catch_bad_alloc("reserve_slots_async", [&] {
-                  return pvt::map_ahead(cache, std::vector<int64_t>(slots, slots + n),
-                                        std::vector<int64_t>(tokens, tokens + n), ticket);
+                  return pvt::map_ahead(cache, std::vector<int64_t>(slots, slots + n_slots),
+                                        std::vector<int64_t>(tokens, tokens + n_tokens), ticket);
                 }),
                 err, err_len);
 }
