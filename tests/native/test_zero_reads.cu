@@ -100,8 +100,9 @@ void test_reads(Report& r) {
   r.check(kernel_sum(c->data(), n, &sum) && sum == 0xABull * mapped,
           "reads: a kernel over the whole cache reads slot 2's bytes and zeros elsewhere", std::to_string(sum));
   bool exact = cudaMemcpy(host.data(), c->data(), n, cudaMemcpyDeviceToHost) == cudaSuccess;
+  const size_t slot2_at = 2 * static_cast<size_t>(c->shape().slot_bytes());
   for (size_t i = 0; exact && i < n; ++i) {
-    const bool in2 = i >= 2 * c->shape().slot_bytes() && i < 2 * c->shape().slot_bytes() + mapped;
+    const bool in2 = i >= slot2_at && i < slot2_at + mapped;
     exact = host[i] == (in2 ? 0xAB : 0);
   }
   r.check(exact, "reads: cudaMemcpy of the whole cache: slot 2's bytes, zeros elsewhere");
