@@ -39,7 +39,9 @@ from .errors import (
     VTensorError,
     VTensorOutOfMemoryError,
 )
+from .map_ahead import Ticket, reserve_slots_async
 from .merge import merge_attention_states
+from .zero_reads import set_zero_reads, zero_reads
 from .pool import collect, fill_pool, pool_limit, set_pool_limit, trim_pool
 from .sharing import reserve_for_write, share_prefix, sharing_info
 from .slots import (
@@ -83,6 +85,10 @@ __all__ = [
     "parallel_sample",
     "collect",
     "fill_pool",
+    "reserve_slots_async",
+    "set_zero_reads",
+    "zero_reads",
+    "Ticket",
     "pool_limit",
     "set_pool_limit",
     "trim_pool",

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend.h"
+#include "background_mapper.h"
 #include "checked_math.h"
 #include "chunk_pool.h"
 #include "device.h"

@@ -62,6 +62,15 @@ class Backend {
   // How a release defers its unmaps instead of waiting (Region::unmap_range).
   virtual Status event_done(EventHandle event, bool* done) = 0;
   virtual void destroy_event(EventHandle event) = 0;
+  // Reads of reserved places no chunk is mapped at return zeros instead of faulting (issue 30
+  // point 4). The host's reservation reads zeros always and ignores this. CUDA: reservations made
+  // from now on are covered by a read-only zero cover of runs of at most `bytes` (rounded up to the
+  // granularity; 0: no cover, such reads fault), see zero_cover.h for its cost.
+  virtual Status set_zero_granule(size_t bytes) {
+    (void)bytes;
+    return Status::Ok();
+  }
+  virtual size_t zero_granule() const { return 0; }
 };
 
 // The host backend (host_backend.cc), a process-wide object.

@@ -396,6 +396,19 @@ Status Region::unmap_range_impl(size_t offset, size_t bytes) {
   return Status::Ok();
 }
 
+Status Region::undo_map(size_t offset, size_t bytes) {
+  return catch_bad_alloc("undo_map", [&]() -> Status {
+    PVT_RETURN_IF_ERROR(check_range(offset, bytes, "undo_map"));
+    const size_t last = (offset + bytes) / chunk_bytes_;
+    for (auto it = mapped_.lower_bound(offset / chunk_bytes_); it != mapped_.end() && it->first < last;) {
+      auto next = std::next(it);
+      PVT_RETURN_IF_ERROR(detach(it));
+      it = next;
+    }
+    return Status::Ok();
+  });
+}
+
 Status Region::uses_done(bool* done) {
   *done = true;
   for (const auto& use : uses_) {

@@ -78,6 +78,10 @@ class Region {
   // Unmap every mapped chunk in [offset, offset+bytes) (both chunk-aligned), after waiting for
   // every stream that used the region; a physical chunk mapped nowhere else is released.
   Status unmap_range(size_t offset, size_t bytes);
+  // Unmaps at once (no stream wait, no deferral) the mapped chunks in [offset, offset+bytes), which
+  // the caller has just mapped and nothing has used: how a batch of reservations that failed
+  // halfway undoes itself (SlotCache::reserve_batch). Errors are returned; what failed stays mapped.
+  Status undo_map(size_t offset, size_t bytes);
   // Map at [dst_offset, dst_offset+bytes) of this region the physical chunks that back
   // [src_offset, src_offset+bytes) of `src` (this region or another on the same backend): afterwards
   // both ranges are the same memory. Whole chunks only: kInvalidArgument unless both regions have

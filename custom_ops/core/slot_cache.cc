@@ -129,32 +129,87 @@ Status SlotCache::check_slot(int64_t slot) const {
   return Status::Ok();
 }
 
+Status SlotCache::check_reserve(int64_t slot, int64_t tokens) const {
+  PVT_RETURN_IF_ERROR(check_slot(slot));
+  if (tokens < 0) {
+    return Status(Code::kInvalidArgument, "tokens must be in [0, max_seq_len=" + std::to_string(shape_.max_seq_len) +
+                                              "], got " + std::to_string(tokens));
+  }
+  if (tokens > shape_.max_seq_len) {
+    return Status(Code::kOutOfRange, "slot " + std::to_string(slot) + ": " + std::to_string(tokens) +
+                                         " tokens is past max_seq_len=" + std::to_string(shape_.max_seq_len) +
+                                         " (the slot holds at most max_seq_len=" +
+                                         std::to_string(shape_.max_seq_len) + ")");
+  }
+  return Status::Ok();
+}
+
 Status SlotCache::reserve(int64_t slot, int64_t tokens, void* /*stream: mapping new chunks waits for no work*/) {
   return catch_bad_alloc("reserve", [&]() -> Status {
-    PVT_RETURN_IF_ERROR(check_slot(slot));
-    if (tokens < 0) {
-      return Status(Code::kInvalidArgument, "tokens must be in [0, max_seq_len=" +
-                                                std::to_string(shape_.max_seq_len) + "], got " +
-                                                std::to_string(tokens));
-    }
-    if (tokens > shape_.max_seq_len) {
-      return Status(Code::kOutOfRange, "slot " + std::to_string(slot) + ": " + std::to_string(tokens) +
-                                           " tokens is past max_seq_len=" + std::to_string(shape_.max_seq_len) +
-                                           " (the slot holds at most max_seq_len=" +
-                                           std::to_string(shape_.max_seq_len) + ")");
-    }
+    PVT_RETURN_IF_ERROR(check_reserve(slot, tokens));
+    ahead_.wait();
     // Shared: reserve only adds mappings, so ops holding the cache may go on meanwhile.
     std::shared_lock<std::shared_mutex> use(use_mu_);
     std::lock_guard<std::mutex> lock(mu_);
-    int32_t& mapped = mapped_[static_cast<size_t>(slot)];
-    if (tokens <= mapped) return Status::Ok();
-    const size_t cb = region_->chunk_bytes();
-    const size_t begin = static_cast<size_t>(slot * shape_.slot_bytes() + mapped * shape_.row_bytes);
-    const size_t end = static_cast<size_t>(slot * shape_.slot_bytes() + tokens * shape_.row_bytes);
-    const size_t first = begin / cb * cb;
-    PVT_RETURN_IF_ERROR(region_->map_range(first, region_->round_up(end) - first));
-    mapped = static_cast<int32_t>(tokens);
-    ++version_;
+    return reserve_locked(slot, tokens);
+  });
+}
+
+Status SlotCache::reserve_locked(int64_t slot, int64_t tokens) {
+  int32_t& mapped = mapped_[static_cast<size_t>(slot)];
+  if (tokens <= mapped) return Status::Ok();
+  const size_t cb = region_->chunk_bytes();
+  const size_t begin = static_cast<size_t>(slot * shape_.slot_bytes() + mapped * shape_.row_bytes);
+  const size_t end = static_cast<size_t>(slot * shape_.slot_bytes() + tokens * shape_.row_bytes);
+  const size_t first = begin / cb * cb;
+  PVT_RETURN_IF_ERROR(region_->map_range(first, region_->round_up(end) - first));
+  mapped = static_cast<int32_t>(tokens);
+  ++version_;
+  return Status::Ok();
+}
+
+void SlotCache::unreserve_locked(int64_t slot, int32_t old) {
+  int32_t& mapped = mapped_[static_cast<size_t>(slot)];
+  if (mapped <= old) return;
+  const size_t cb = region_->chunk_bytes();
+  const size_t off = static_cast<size_t>(slot * shape_.slot_bytes());
+  const size_t keep_end = off + static_cast<size_t>(old) * static_cast<size_t>(shape_.row_bytes);  // rows < old
+  const size_t end = off + static_cast<size_t>(mapped) * static_cast<size_t>(shape_.row_bytes);
+  mapped = old;
+  ++version_;
+  for (size_t c = keep_end / cb; c * cb < end; ++c) {
+    if ((old > 0 && c * cb < keep_end) || chunk_needed_by_other(c, slot)) continue;
+    (void)region_->undo_map(c * cb, cb);
+  }
+}
+
+Status SlotCache::check_batch(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens) const {
+  if (slots.size() != tokens.size()) {
+    return Status(Code::kInvalidArgument, "a batch of reservations needs one length per slot, got " +
+                                              std::to_string(slots.size()) + " slots and " +
+                                              std::to_string(tokens.size()) + " lengths");
+  }
+  for (size_t i = 0; i < slots.size(); ++i) PVT_RETURN_IF_ERROR(check_reserve(slots[i], tokens[i]));
+  return Status::Ok();
+}
+
+Status SlotCache::reserve_batch(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens,
+                                bool announced) {
+  return catch_bad_alloc("reserve", [&]() -> Status {
+    PVT_RETURN_IF_ERROR(check_batch(slots, tokens));
+    if (!announced) ahead_.wait();
+    std::shared_lock<std::shared_mutex> use(use_mu_);
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::pair<int64_t, int32_t>> before;  // (slot, mapped_tokens before), to undo in reverse
+    before.reserve(slots.size());
+    for (size_t i = 0; i < slots.size(); ++i) {
+      before.emplace_back(slots[i], mapped_[static_cast<size_t>(slots[i])]);
+      const Status one = reserve_locked(slots[i], tokens[i]);
+      if (!one.ok()) {
+        for (auto it = before.rbegin(); it != before.rend(); ++it) unreserve_locked(it->first, it->second);
+        return one;
+      }
+    }
     return Status::Ok();
   });
 }
@@ -173,6 +228,7 @@ bool SlotCache::chunk_needed_by_other(size_t c, int64_t slot) const {
 
 Status SlotCache::release(int64_t slot, void* stream) {
   PVT_RETURN_IF_ERROR(check_slot(slot));
+  ahead_.wait();  // a reservation queued before this release is carried out first
   // Exclusive: waits until no op holds the cache (SlotCacheHold), so none is between its check of
   // mapped_tokens and its last access of the memory unmapped below.
   std::unique_lock<std::shared_mutex> use(use_mu_);
@@ -234,6 +290,7 @@ Status SlotCache::share_prefix(int64_t src, int64_t dst, int64_t tokens, void* s
     if (tokens < 1) {
       return Status(Code::kInvalidArgument, "tokens must be at least 1, got " + std::to_string(tokens));
     }
+    ahead_.wait();
     // Shared: sharing only adds mappings (to an empty slot no op reads), like reserve.
     std::shared_lock<std::shared_mutex> use(use_mu_);
     std::lock_guard<std::mutex> lock(mu_);
@@ -280,6 +337,7 @@ Status SlotCache::make_private(int64_t slot, int64_t from, int64_t to, void* str
     if (from < 0) {
       return Status(Code::kInvalidArgument, "write_from must be >= 0, got " + std::to_string(from));
     }
+    ahead_.wait();
     // Exclusive: the shared mappings replaced below must not be read by an op meanwhile.
     std::unique_lock<std::shared_mutex> use(use_mu_);
     std::lock_guard<std::mutex> lock(mu_);
@@ -313,6 +371,9 @@ SlotCacheHold::SlotCacheHold(const SlotCache& a, const SlotCache* b) {
   const SlotCache* lo = &a;
   const SlotCache* hi = b == &a ? nullptr : b;
   if (hi != nullptr && std::less<const SlotCache*>()(hi, lo)) std::swap(lo, hi);
+  // Reservations queued before this op are carried out first (a host wait, usually none).
+  lo->ahead_.wait();
+  if (hi != nullptr) hi->ahead_.wait();
   first_ = std::shared_lock<std::shared_mutex>(lo->use_mu_);
   if (hi != nullptr) second_ = std::shared_lock<std::shared_mutex>(hi->use_mu_);
 }

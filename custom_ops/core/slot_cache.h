@@ -28,7 +28,9 @@
 // under one mutex. What that alone does not give is memory that stays mapped between an op's check
 // of mapped_tokens and its kernels' reads and writes: an op takes a SlotCacheHold (below) over the
 // caches it touches before its checks and keeps it until its host work is done, and release() waits
-// for every hold to go (reserve() does not: it only adds mappings). Guaranteed then:
+// for every hold to go (reserve() does not: it only adds mappings). Reservations queued on the
+// background mapper (reserve_batch, background_mapper.h) come first: every call and every hold
+// waits until the batches queued before it are carried out (AheadGate, a host wait). Guaranteed then:
 //   - CPU: an op's check, append and attention see one state of the slots; a release of a slot
 //     the op reads either finished before the op's check (the op refuses: nothing mapped) or waits
 //     until the op returned. No fault, no torn read, whatever threads call reserve/release.
@@ -50,6 +52,7 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "ahead_gate.h"
 #include "region.h"
 
 namespace pvt {
@@ -96,6 +99,19 @@ class SlotCache {
   // kOutOfRange for tokens > max_seq_len, kOutOfMemory when memory (or the limit) runs out.
   // Messages carry no caller prefix ("slot 9 is out of range [0, 4)"): the caller adds its name.
   Status reserve(int64_t slot, int64_t tokens, void* stream);
+  // reserve() of every (slots[i], tokens[i]) in order, all or nothing over the batch: on failure
+  // every slot is as it was (the chunks the call mapped are unmapped again at once: nothing used
+  // them yet). What the background mapper carries out (background_mapper.h). announced: the batch
+  // was announced with ahead().enter() (the caller, the mapper, leaves it after; this call must not
+  // wait for itself); otherwise it waits for the announced batches first, like every other call. kInvalidArgument
+  // when the vectors differ in length; per pair the errors of reserve.
+  Status reserve_batch(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens, bool announced);
+  // The checks reserve_batch makes before it maps anything (no lock needed: they read the shape).
+  Status check_batch(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens) const;
+  // Orders callers after queued background reservations (ahead_gate.h): reserve, reserve_batch,
+  // share_prefix, make_private, release and SlotCacheHold wait on it first.
+  AheadGate& ahead() const { return ahead_; }
+
   // Make `dst` hold rows [0, tokens) of `src` (the same cache): the whole chunks below row `tokens`
   // are mapped to src's physical chunks (no bytes copied), the chunk holding row `tokens` (when it
   // falls inside one) is mapped fresh and src's rows in it copied on `stream`. mapped_tokens(dst)
@@ -136,6 +152,12 @@ class SlotCache {
   friend class SlotCacheHold;
   SlotCache(SlotCacheShape shape, std::unique_ptr<Region> region);
   Status check_slot(int64_t slot) const;
+  Status check_reserve(int64_t slot, int64_t tokens) const;
+  // reserve() under mu_ (and use_mu_ shared).
+  Status reserve_locked(int64_t slot, int64_t tokens);
+  // Undoes reserve_locked(slot, ...) of a slot that had `old` tokens mapped: unmaps at once the
+  // chunks it mapped that no other slot needs (nothing used them), mapped_tokens back to `old`.
+  void unreserve_locked(int64_t slot, int32_t old);
   Status share_prefix_locked(int64_t src, int64_t dst, int64_t tokens, void* stream);
   // True when a slot other than `slot` has mapped rows inside chunk `c`.
   bool chunk_needed_by_other(size_t c, int64_t slot) const;
@@ -148,6 +170,7 @@ class SlotCache {
   std::vector<int32_t> mapped_;
   uint64_t version_ = 0;
   std::shared_ptr<void> attachment_;
+  mutable AheadGate ahead_;
 };
 
 // Keeps what is mapped in one or two caches mapped while it lives (release waits for it; reserve

@@ -33,6 +33,16 @@ _SIGNATURES = {
                                      _I64]),
     "pvt_collect": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_I64), ctypes.c_char_p,
                                    _I64]),
+    # background_mapper_c_api.cc
+    "pvt_reserve_slots_async": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_I64), _I64, ctypes.POINTER(_I64), _I64,
+                                               ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, _I64]),
+    "pvt_ahead_wait": (ctypes.c_int, [ctypes.c_uint64, ctypes.c_char_p, _I64]),
+    "pvt_ahead_done": (ctypes.c_int, [ctypes.c_uint64]),
+    "pvt_ahead_forget": (None, [ctypes.c_uint64]),
+    "pvt_ahead_tickets": (_I64, []),
+    # zero_reads_c_api.cc
+    "pvt_set_zero_reads": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, _I64, ctypes.c_char_p, _I64]),
+    "pvt_zero_reads": (_I64, [ctypes.c_int, ctypes.c_int]),
     "pvt_code_name": (ctypes.c_char_p, [ctypes.c_int]),
     "pvt_find_cache": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_I64)]),
     "pvt_slot_reserve": (ctypes.c_int, [ctypes.c_void_p, _I64, _I64, ctypes.c_void_p, ctypes.c_char_p, _I64]),
@@ -117,6 +127,44 @@ def collect(kind: int, index: int, wait: bool) -> tuple[int, str, int]:
     pending = _I64(0)
     code = _lib().pvt_collect(kind, index, int(bool(wait)), ctypes.byref(pending), err, _ERR_LEN)
     return code, err.value.decode(errors="replace"), int(pending.value)
+
+
+def reserve_slots_async(ptr: int, slots, tokens) -> tuple[int, str, int]:
+    """(code, text, ticket): queues the batch on the background mapper."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    ticket = ctypes.c_uint64(0)
+    code = _lib().pvt_reserve_slots_async(ctypes.c_void_p(ptr), (_I64 * len(slots))(*slots), len(slots),
+                                          (_I64 * len(tokens))(*tokens), len(tokens), ctypes.byref(ticket), err,
+                                          _ERR_LEN)
+    return code, err.value.decode(errors="replace"), int(ticket.value)
+
+
+def ahead_wait(ticket: int) -> tuple[int, str]:
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = _lib().pvt_ahead_wait(ticket, err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def ahead_done(ticket: int) -> bool:
+    return bool(_lib().pvt_ahead_done(ticket))
+
+
+def ahead_forget(ticket: int) -> None:
+    _lib().pvt_ahead_forget(ticket)
+
+
+def ahead_tickets() -> int:
+    return int(_lib().pvt_ahead_tickets())
+
+
+def set_zero_reads(kind: int, index: int, granule: int) -> tuple[int, str]:
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = _lib().pvt_set_zero_reads(kind, index, granule, err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def zero_reads(kind: int, index: int) -> int:
+    return int(_lib().pvt_zero_reads(kind, index))
 
 
 def code_name(code: int) -> str | None:

@@ -7,7 +7,8 @@ sequence ends (EOS or its token budget) its slot is released and the next waitin
 the very next step.
 
 The host knows every slot's length from what it scheduled (``runner.host_lens``) and maps ahead
-(``runner.reserve``) before each step; the one device read per step is the step's next-token ids,
+(``runner.reserve``) before each step, the next step's rows in the background while a step runs
+(``reserve_slots_async``); the one device read per step is the step's next-token ids,
 which greedy decoding needs on the host anyway.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import paddle
 
 from ..api import _int
+from ..map_ahead import reserve_slots_async
 from ..slots import check_slot_errors
 from .model_runner import SlotModelRunner
 
@@ -103,6 +105,9 @@ def _run(runner, prompts, budgets, max_batch, eos_token_id, on_step) -> list[lis
         ids = np.concatenate([np.asarray(pending[s], dtype=np.int64) for s in slots])
         cu = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         logits = runner.forward(ids, cu, np.asarray(slots, dtype=np.int32))
+        # While the step runs, the next step's rows (one more token each) are mapped in the background;
+        # the reserve above stays the authority (a no-op then, the mapping itself when this failed).
+        reserve_slots_async(runner.cache, slots, np.minimum(runner.host_lens[slots] + counts + 1, runner.max_seq_len))
         last = paddle.to_tensor(cu[1:] - 1, dtype="int64", place=logits.place)
         next_ids = paddle.gather(logits, last).argmax(axis=-1).numpy()
         runner.advance(np.asarray(slots, dtype=np.int32), np.asarray(counts, dtype=np.int32))

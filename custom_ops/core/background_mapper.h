@@ -1,0 +1,43 @@
+// Background mapper (issue 30 point 2): one thread per process that carries out a slot cache's
+// reservations while the caller goes on, so a scheduler maps the next step's chunks while the
+// current step runs on the device (vAttention's step_async). map_ahead() checks the batch on the
+// calling thread (a bad slot or length is refused at once, nothing queued), announces it on the
+// cache's AheadGate and queues it; the thread runs SlotCache::reserve_batch (all or nothing).
+// Ordering: every later call on that cache (reserve, release, share, an op's SlotCacheHold) waits
+// for the batches queued before it, so it sees them done, in program order. That wait is a host
+// wait, and only when the thread has not finished yet: when it ran during the step it is one
+// atomic load. No device sync anywhere: mapping needs none (reserve waits for no stream).
+// Results: wait_ahead(ticket) blocks until the batch is done and returns its status (the batch's
+// error, e.g. kOutOfMemory, with the cache as it was before the batch); a ticket is forgotten
+// after its wait or forget_ahead.
+// Batches run in submission order, one at a time, on one thread for every cache and device.
+// fork(): the child has no mapper thread; batches queued in the parent when it forked are failed
+// there (their caches' gates opened) and a later map_ahead starts the child's own thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "slot_cache.h"
+
+namespace pvt {
+
+using AheadTicket = uint64_t;
+
+// Queues reserve_batch(slots, tokens) of `cache`; *ticket names it (never 0). Errors of the checks
+// (SlotCache::check_batch) are returned at once and nothing is queued.
+Status map_ahead(std::shared_ptr<SlotCache> cache, std::vector<int64_t> slots, std::vector<int64_t> tokens,
+                 AheadTicket* ticket);
+// Blocks until the batch of `ticket` has run; returns its status and forgets the ticket.
+// kInvalidArgument for a ticket not handed out, or already waited for or forgotten.
+Status wait_ahead(AheadTicket ticket);
+// Without blocking: whether the batch of `ticket` has run (false for an unknown ticket).
+bool ahead_done(AheadTicket ticket);
+// Drops `ticket`: its batch still runs, its status is not kept.
+void forget_ahead(AheadTicket ticket);
+// Tickets handed out and neither waited for nor forgotten (tests: nothing is left behind).
+size_t ahead_tickets();
+
+}  // namespace pvt
