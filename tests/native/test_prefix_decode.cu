@@ -135,7 +135,7 @@ struct Step {
     base.dtype = ScalarType::kFloat16;
     base.scale = 1.f / std::sqrt(static_cast<float>(g.head_dim));
     base.q = q.ptr;
-    const int64_t qs[4] = {g.q_heads * g.head_dim, 0, g.head_dim, 1};
+    const int64_t qs[4] = {g.q_heads * g.head_dim, g.q_heads * g.head_dim, g.head_dim, 1};
     std::copy(qs, qs + 4, base.q_stride);
     std::copy(qs, qs + 4, base.out_stride);
     base.kv_batch_index = static_cast<int32_t*>(ids.ptr);
