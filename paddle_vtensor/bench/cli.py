@@ -1,5 +1,5 @@
 """The command line: ``python -m paddle_vtensor <command>``, one of COMMANDS below: demo, bench,
-bench-attention, bench-host, bench-inflight, bench-speculative, sp-decode, doctor."""
+bench-attention, bench-host, bench-inflight, bench-prefix, bench-speculative, sp-decode, doctor."""
 from __future__ import annotations
 
 import argparse
@@ -19,8 +19,8 @@ def default_device() -> str:
 
 # Every subcommand is a module of this package with `add_parser(commands, common)` and `run(args)`.
 # A new one is one line here.
-COMMANDS = ("demo", "bench", "bench-attention", "bench-host", "bench-inflight", "bench-speculative", "sp-decode",
-            "doctor")
+COMMANDS = ("demo", "bench", "bench-attention", "bench-host", "bench-inflight", "bench-prefix", "bench-speculative",
+            "sp-decode", "doctor")
 
 
 def parser() -> argparse.ArgumentParser:
