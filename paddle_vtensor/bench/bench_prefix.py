@@ -22,7 +22,7 @@ import numpy as np
 
 from . import report
 from .._ops import load_ops
-from .tiny_llama import ModelShape, build_model
+from .tiny_llama import ModelShape, add_model_options, build_model
 
 
 @dataclasses.dataclass
@@ -144,13 +144,7 @@ def add_parser(commands, common) -> None:
                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--part", choices=sorted(PARTS), action="append",
                    help="run only this part (repeatable; default: every part)")
-    p.add_argument("--hidden-size", type=int, default=256)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--kv-heads", type=int, default=2)
-    p.add_argument("--vocab", type=int, default=1000)
-    p.add_argument("--chunk-kib", type=int, default=64, help="slot-cache mapping chunk (KiB)")
-    p.add_argument("--repeats", type=int, default=2, help="runs of each path, interleaved; the best is reported")
+    add_model_options(p)
     p.add_argument("--out", metavar="DIR", default="bench_prefix_out")
     p.add_argument("--no-progress", action="store_true")
     for add_options, *_ in PARTS.values():

@@ -57,13 +57,16 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-struct DevBuf {
-  void* ptr = nullptr;
-  explicit DevBuf(size_t n) { if (cudaMalloc(&ptr, n ? n : 1) != cudaSuccess) ptr = nullptr; }
-  ~DevBuf() { if (ptr) cudaFree(ptr); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
+// Device memory freed with its owner (null when cudaMalloc failed).
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
 };
+using DevPtr = std::unique_ptr<void, CudaFree>;
+
+DevPtr dev_alloc(size_t n) {
+  void* p = nullptr;
+  return DevPtr(cudaMalloc(&p, n ? n : 1) == cudaSuccess ? p : nullptr);
+}
 
 // Rows [r0, r1) of one slot: element e of row r is a hash of (seed, r, e) in [-1, 1). The value
 // depends on the row's index, not its address, so two caches written with the same seeds hold the
@@ -110,22 +113,22 @@ bool build(Report& r, const Config& g, bool shared, std::shared_ptr<SlotCache>* 
 // `reps` steps (cuda events) and leaves the outputs in `out` ([layers][slots][Hq][D] fp16).
 struct Step {
   const Config& g;
-  DevBuf q, out, lens, ids;
-  std::unique_ptr<DevBuf> ws;
+  DevPtr q, out, lens, ids, ws;
   size_t ws_bytes = 0;
   DecodeAttentionParams base;
 
   explicit Step(const Config& cfg)
-      : g(cfg), q(cfg.slots * cfg.q_heads * cfg.head_dim * 2),
-        out(cfg.layers * cfg.slots * cfg.q_heads * cfg.head_dim * 2), lens(cfg.slots * 4), ids(cfg.slots * 4) {
+      : g(cfg), q(dev_alloc(cfg.slots * cfg.q_heads * cfg.head_dim * 2)),
+        out(dev_alloc(cfg.layers * cfg.slots * cfg.q_heads * cfg.head_dim * 2)), lens(dev_alloc(cfg.slots * 4)),
+        ids(dev_alloc(cfg.slots * 4)) {
     std::vector<int32_t> l(g.slots), id(g.slots);
     for (int64_t s = 0; s < g.slots; ++s) {
       l[s] = static_cast<int32_t>(g.len(s) - 1);  // lengths before the step; its row is the last one
       id[s] = static_cast<int32_t>(s);
     }
-    cudaMemcpy(lens.ptr, l.data(), l.size() * 4, cudaMemcpyHostToDevice);
-    cudaMemcpy(ids.ptr, id.data(), id.size() * 4, cudaMemcpyHostToDevice);
-    fill_rows<<<256, 256>>>(static_cast<__half*>(q.ptr), 0, g.slots, g.q_heads * g.head_dim, 77u);
+    cudaMemcpy(lens.get(), l.data(), l.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(ids.get(), id.data(), id.size() * 4, cudaMemcpyHostToDevice);
+    fill_rows<<<256, 256>>>(static_cast<__half*>(q.get()), 0, g.slots, g.q_heads * g.head_dim, 77u);
     base.batch = g.slots;
     base.q_len = 1;
     base.q_heads = g.q_heads;
@@ -134,14 +137,14 @@ struct Step {
     base.kv_len = g.prefix + g.max_tail;
     base.dtype = ScalarType::kFloat16;
     base.scale = 1.f / std::sqrt(static_cast<float>(g.head_dim));
-    base.q = q.ptr;
+    base.q = q.get();
     const int64_t qs[4] = {g.q_heads * g.head_dim, g.q_heads * g.head_dim, g.head_dim, 1};
     std::copy(qs, qs + 4, base.q_stride);
     std::copy(qs, qs + 4, base.out_stride);
-    base.kv_batch_index = static_cast<int32_t*>(ids.ptr);
-    base.cache_seqlens = static_cast<int32_t*>(lens.ptr);
+    base.kv_batch_index = static_cast<int32_t*>(ids.get());
+    base.cache_seqlens = static_cast<int32_t*>(lens.get());
     ws_bytes = decode_attention_cuda_workspace_bytes(base);
-    ws = std::make_unique<DevBuf>(ws_bytes);
+    ws = dev_alloc(ws_bytes);
   }
 
   Status run(const SlotCache& c) {
@@ -153,8 +156,8 @@ struct Step {
       const int64_t ks[4] = {tok, slot, g.head_dim, 1};
       std::copy(ks, ks + 4, p.k_stride);
       std::copy(ks, ks + 4, p.v_stride);
-      p.out = static_cast<__half*>(out.ptr) + l * g.slots * g.q_heads * g.head_dim;
-      p.workspace = ws_bytes ? ws->ptr : nullptr;
+      p.out = static_cast<__half*>(out.get()) + l * g.slots * g.q_heads * g.head_dim;
+      p.workspace = ws_bytes ? ws.get() : nullptr;
       p.workspace_bytes = ws_bytes;
       PVT_RETURN_IF_ERROR(decode_attention_cuda(p, nullptr));
     }
@@ -203,7 +206,7 @@ void decode_step(Report& r, const Config& g) {
       float t = 0.f;
       cudaEventElapsedTime(&t, e0, e1);
       if (i >= 2) ms[k].push_back(t);  // two warm-up steps
-      if (i == 0) cudaMemcpy((k ? out_shared : out_unshared).data(), step.out.ptr, out_bytes, cudaMemcpyDeviceToHost);
+      if (i == 0) cudaMemcpy((k ? out_shared : out_unshared).data(), step.out.get(), out_bytes, cudaMemcpyDeviceToHost);
     }
   }
   r.check(cudaDeviceSynchronize() == cudaSuccess, "step.sync", cudaGetErrorString(cudaGetLastError()));
