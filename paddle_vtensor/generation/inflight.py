@@ -218,10 +218,10 @@ class _Scheduler:
                 self.pending[s] = [int(tok)]
                 if pc:
                     pc.feed(s, [int(tok)])
+        info = sharing_info(runner.cache)  # before finished sequences give their memory back
         if finished:
             check_slot_errors(runner.cache)  # the finished-sequence check: one read of the GPU flag
             self._finish(finished)
-        info = sharing_info(runner.cache)
         st = self.stats
         st["steps"] += 1
         st["prefill_tokens"] += prefill
