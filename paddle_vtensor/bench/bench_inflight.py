@@ -13,7 +13,7 @@ import numpy as np
 
 from . import report
 from .._ops import load_ops
-from .tiny_llama import ModelShape, build_model
+from .tiny_llama import ModelShape, add_model_options, build_model
 
 
 def add_parser(commands, common) -> None:
@@ -27,13 +27,7 @@ def add_parser(commands, common) -> None:
     p.add_argument("--output-min", type=int, default=8)
     p.add_argument("--output-max", type=int, default=256)
     p.add_argument("--max-batch", type=int, default=8, help="sequences in flight / padded batch size")
-    p.add_argument("--hidden-size", type=int, default=256)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--kv-heads", type=int, default=2)
-    p.add_argument("--vocab", type=int, default=1000)
-    p.add_argument("--chunk-kib", type=int, default=64, help="slot-cache mapping chunk (KiB)")
-    p.add_argument("--repeats", type=int, default=2, help="runs of each path, interleaved; the best is reported")
+    add_model_options(p)
     p.add_argument("--no-applied", action="store_true",
                    help="skip the third path: padded generate() batches with paddle_vtensor.apply (copy-free caches)")
     p.add_argument("--verify", action="store_true",

@@ -33,6 +33,18 @@ class ModelShape:
             raise ValueError(f"--vocab must be at least 8, got {self.vocab}")
 
 
+def add_model_options(p) -> None:
+    """The random llama's shape, the chunk size and the repeats: the options bench-inflight and
+    bench-prefix share (ModelShape(args.hidden_size, args.layers, args.heads, args.kv_heads, args.vocab))."""
+    p.add_argument("--hidden-size", type=int, default=256)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--vocab", type=int, default=1000)
+    p.add_argument("--chunk-kib", type=int, default=64, help="slot-cache mapping chunk (KiB)")
+    p.add_argument("--repeats", type=int, default=2, help="runs of each path, interleaved; the best is reported")
+
+
 def build_model(shape: ModelShape, dtype: str, max_positions: int, seed: int):
     """LlamaForCausalLM in eval mode on paddle's current device, default (eager) attention path."""
     from paddlenlp.transformers import LlamaConfig, LlamaForCausalLM
