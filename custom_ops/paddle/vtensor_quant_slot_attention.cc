@@ -96,13 +96,14 @@ std::vector<paddle::Tensor> VTensorQuantSlotAttention(
   if (kind == pvt::KvQuant::kInt8) {
     caches.push_back(pvt::slot_cache_of(k_scale, kOp, "k_scale"));
     caches.push_back(pvt::slot_cache_of(v_scale, kOp, "v_scale"));
-    std::vector<int64_t> want;
-    for (int i = 0; i < k_cache.dims().size(); ++i) want.push_back(k_cache.dims()[i]);
-    want.back() = 1;
+    // The scale caches' dimension 1 (rows per slot, padded to whole chunks) is their own.
+    const auto& cd = k_cache.dims();
     for (const paddle::Tensor* s : {&k_scale, &v_scale}) {
-      PD_CHECK(s->dtype() == phi::DataType::FLOAT32 && s->dims() == phi::make_ddim(want), kOp,
-               ": the scales of an int8 slot cache are its scale slot caches ", dims_str(phi::make_ddim(want)),
-               " float32, got ", dims_str(s->dims()));
+      const auto& sd = s->dims();
+      bool same = s->dtype() == phi::DataType::FLOAT32 && sd.size() == cd.size() && sd[sd.size() - 1] == 1;
+      for (int i = 0; same && i + 1 < cd.size(); ++i) same = i == 1 || sd[i] == cd[i];
+      PD_CHECK(same, kOp, ": the scales of an int8 slot cache are its scale slot caches (the codes' shape ",
+               dims_str(cd), " with head_dim 1, float32), got ", dims_str(sd));
     }
     ks = view_of(k_scale, layer, 0, 4, "k_scale");
     vs = view_of(v_scale, layer, 1, 4, "v_scale");
@@ -122,13 +123,14 @@ std::vector<paddle::Tensor> VTensorQuantSlotAttention(
     vfp8 = v_scale.data<float>() + (model ? (2 * layer + 1) * Hkv : 0);
   }
   PD_CHECK(k_new.is_initialized() == v_new.is_initialized(), kOp, ": give both k_new and v_new or neither");
-  pvt::ScalarType new_type = qt;
+  pvt::ScalarType new_type[2] = {qt, qt};  // of k_new and of v_new: each is read as its own dtype
   if (k_new) {
-    for (const paddle::Tensor* t : {&*k_new, &*v_new}) {
+    for (int kvi = 0; kvi < 2; ++kvi) {
+      const paddle::Tensor* t = kvi ? &*v_new : &*k_new;
       PD_CHECK(t->dims() == phi::make_ddim({total, Hkv, D}) && t->place() == place, kOp,
                ": k_new/v_new must be [total_q, kv_heads, head_dim] = [", total, ", ", Hkv, ", ", D, "], got ",
                dims_str(t->dims()));
-      new_type = pvt::quant_source_type(*t, place, kOp);
+      new_type[kvi] = pvt::quant_source_type(*t, place, kOp);
     }
   }
   // Lengths, read on the host, against what every cache (codes and scales) has mapped.
@@ -187,7 +189,7 @@ std::vector<paddle::Tensor> VTensorQuantSlotAttention(
         const int64_t s = slots[b], at = lens[s];
         pvt::QuantAppendParams ap;
         ap.kind = kind;
-        ap.src_type = new_type;
+        ap.src_type = new_type[kvi];
         ap.outer = 1, ap.inner = cu[b + 1] - cu[b], ap.heads = Hkv, ap.head_dim = D;
         ap.src = static_cast<const char*>((kvi ? *v_new : *k_new).data()) +
                  cu[b] * Hkv * D * static_cast<int64_t>(phi::SizeOf((kvi ? *v_new : *k_new).dtype()));
