@@ -17,6 +17,10 @@
 #define PVT_OP_SLOT_CACHE vtensor_slot_cache
 #define PVT_OP_SLOT_ERRORS vtensor_slot_errors
 #define PVT_OP_SPECULATIVE_ACCEPT vtensor_speculative_accept
+#define PVT_OP_QUANT_FROM_DENSE vtensor_quant_from_dense
+#define PVT_OP_QUANT_APPEND vtensor_quant_append
+#define PVT_OP_QUANT_DECODE_ATTENTION vtensor_quant_decode_attention
+#define PVT_OP_QUANT_SLOT_ATTENTION vtensor_quant_slot_attention
 
 // Attribute names, as string literals so the ops can write PVT_ATTR_MAX_SEQ_LEN ": int64_t".
 #define PVT_ATTR_MAX_SEQ_LEN "max_seq_len"
@@ -34,6 +38,8 @@
 #define PVT_ATTR_DRAFT_ADVANCE "draft_advance"
 #define PVT_ATTR_EOS_TOKEN_ID "eos_token_id"
 #define PVT_ATTR_PAD_TOKEN_ID "pad_token_id"
+#define PVT_ATTR_CACHE_DTYPE "cache_dtype"
+#define PVT_ATTR_EXPECT_TOKENS "expect_tokens"
 
 // The PIR pass, registered with PVT_REGISTER_IR_PASS(PVT_PASS_KV_CACHE, ...).
 #define PVT_PASS_KV_CACHE vtensor_kv_cache_pass
@@ -57,6 +63,10 @@ constexpr const char kSlotAttention[] = PVT_NAME_STR(PVT_OP_SLOT_ATTENTION);
 constexpr const char kSlotCache[] = PVT_NAME_STR(PVT_OP_SLOT_CACHE);
 constexpr const char kSlotErrors[] = PVT_NAME_STR(PVT_OP_SLOT_ERRORS);
 constexpr const char kSpeculativeAccept[] = PVT_NAME_STR(PVT_OP_SPECULATIVE_ACCEPT);
+constexpr const char kQuantFromDense[] = PVT_NAME_STR(PVT_OP_QUANT_FROM_DENSE);
+constexpr const char kQuantAppend[] = PVT_NAME_STR(PVT_OP_QUANT_APPEND);
+constexpr const char kQuantDecodeAttention[] = PVT_NAME_STR(PVT_OP_QUANT_DECODE_ATTENTION);
+constexpr const char kQuantSlotAttention[] = PVT_NAME_STR(PVT_OP_QUANT_SLOT_ATTENTION);
 
 constexpr const char kMaxSeqLen[] = PVT_ATTR_MAX_SEQ_LEN;
 constexpr const char kChunkBytes[] = PVT_ATTR_CHUNK_BYTES;

@@ -7,7 +7,8 @@
 
 The package, by room:
 
-* the API, here: api.py (seq-major VTensor caches), attention.py, merge.py, slots.py (slot caches),
+* the API, here: api.py (seq-major VTensor caches), quant.py (8-bit caches), attention.py, merge.py,
+  slots.py (slot caches),
   errors.py (every exception and the one error table), passes.py / static_export.py (static
   graphs), integration/ (PaddleNLP models unchanged);
 * generation/: generation strategies over slot caches (inflight, speculative, speculative_accept,
@@ -41,7 +42,7 @@ from .errors import (
 )
 from .map_ahead import Ticket, reserve_slots_async
 from .merge import merge_attention_states
-from .zero_reads import set_zero_reads, zero_reads
+from .quant import cache_scale, calibrate_fp8_scale
 from .pool import collect, fill_pool, pool_limit, set_pool_limit, trim_pool
 from .sharing import reserve_for_write, share_prefix, sharing_info
 from .slots import (
@@ -83,6 +84,8 @@ __all__ = [
     "autopatch",
     "beam_search",
     "parallel_sample",
+    "cache_scale",
+    "calibrate_fp8_scale",
     "collect",
     "fill_pool",
     "reserve_slots_async",

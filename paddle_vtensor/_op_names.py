@@ -17,6 +17,10 @@ PVT_OP_SLOT_ATTENTION = "vtensor_slot_attention"
 PVT_OP_SLOT_CACHE = "vtensor_slot_cache"
 PVT_OP_SLOT_ERRORS = "vtensor_slot_errors"
 PVT_OP_SPECULATIVE_ACCEPT = "vtensor_speculative_accept"
+PVT_OP_QUANT_FROM_DENSE = "vtensor_quant_from_dense"
+PVT_OP_QUANT_APPEND = "vtensor_quant_append"
+PVT_OP_QUANT_DECODE_ATTENTION = "vtensor_quant_decode_attention"
+PVT_OP_QUANT_SLOT_ATTENTION = "vtensor_quant_slot_attention"
 
 # Op attributes (and the pass's options of the same name).
 PVT_ATTR_MAX_SEQ_LEN = "max_seq_len"
@@ -34,6 +38,8 @@ PVT_ATTR_TARGET_ADVANCE = "target_advance"
 PVT_ATTR_DRAFT_ADVANCE = "draft_advance"
 PVT_ATTR_EOS_TOKEN_ID = "eos_token_id"
 PVT_ATTR_PAD_TOKEN_ID = "pad_token_id"
+PVT_ATTR_CACHE_DTYPE = "cache_dtype"
+PVT_ATTR_EXPECT_TOKENS = "expect_tokens"
 
 # The PIR pass (PVT_REGISTER_IR_PASS(PVT_PASS_KV_CACHE, ...)) and its one option that is not an
 # attribute above (pvt::names::kPassQuiet).

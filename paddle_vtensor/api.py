@@ -32,7 +32,7 @@ import operator
 import paddle
 from paddle import _C_ops  # transpose only: Paddle's own op, the cheapest free view
 
-from . import _env, _ops, errors
+from . import _env, _ops, errors, quant
 from ._op_names import (PVT_OP_APPEND, PVT_OP_FROM_DENSE, PVT_OP_RESERVE_ONE_TOKEN, PVT_OP_TRUNCATE)
 
 
@@ -144,16 +144,24 @@ def _setting(fn: str, name: str, value, default: int) -> int:
     return (_int(fn, name, value) if value is not None else 0) or default
 
 
-def from_dense(x: paddle.Tensor, max_seq_len: int | None = None, chunk_bytes: int | None = None) -> paddle.Tensor:
+def from_dense(x: paddle.Tensor, max_seq_len: int | None = None, chunk_bytes: int | None = None,
+               cache_dtype=None, scale: paddle.Tensor | None = None) -> paddle.Tensor:
     """Copy a dense cache ``[B, S, H, D]`` into a new VTensor (the one copy of a migration).
 
     The reservation holds ``max(max_seq_len, S)`` tokens; ``max_seq_len`` and ``chunk_bytes`` None
-    or 0 mean the defaults of :func:`configure`.
+    or 0 mean the defaults of :func:`configure`. ``cache_dtype`` 'float8_e4m3fn' or 'int8' makes
+    an 8-bit cache (:mod:`paddle_vtensor.quant`): x is quantized; ``scale`` is the fp8 cache's
+    float32 ``[H]`` per-kv-head scale (None: calibrated from x, amax / 448), never given for int8.
     """
     try:
         _no_gradients("from_dense", x)
+        name = quant.cache_dtype_name("from_dense", cache_dtype)
         m = _setting("from_dense", "max_seq_len", max_seq_len, _config.max_seq_len)
         c = _setting("from_dense", "chunk_bytes", chunk_bytes, _config.chunk_bytes)
+        if name is not None:
+            return quant.from_dense(x, name, scale, m, c)
+        if scale is not None:
+            raise ValueError("from_dense: scale is for 8-bit caches only (give cache_dtype=)")
         out = _ops.run(PVT_OP_FROM_DENSE, x, m, c)[0]
     except Exception as e:
         raise _failure("from_dense", e, {"x": x}) from None
@@ -177,7 +185,8 @@ def _migrate(fn: str, cache, tokens, max_seq_len, chunk_bytes):
     return _ops.run(PVT_OP_FROM_DENSE, cache.contiguous(), m, c)[0]
 
 
-def _append(fn: str, op: str, expect: int, cache, tokens, max_seq_len, chunk_bytes) -> paddle.Tensor:
+def _append(fn: str, op: str, expect: int, cache, tokens, max_seq_len, chunk_bytes, cache_dtype=None,
+            scale=None) -> paddle.Tensor:
     storage = None
     try:
         if paddle.is_grad_enabled() and not (cache.stop_gradient and tokens.stop_gradient):
@@ -185,6 +194,8 @@ def _append(fn: str, op: str, expect: int, cache, tokens, max_seq_len, chunk_byt
         # 0: the op keeps the cache's own settings if it has to copy (a fork), see append().
         m = 0 if max_seq_len is None else _int(fn, "max_seq_len", max_seq_len)
         c = 0 if chunk_bytes is None else _int(fn, "chunk_bytes", chunk_bytes)
+        if cache_dtype is not None or scale is not None or quant.is_quantized(cache):
+            return _quant_append(fn, expect, cache, tokens, m, c, max_seq_len, chunk_bytes, cache_dtype, scale)
         out = _ops.fast().append(cache, tokens, m, c, expect)
         if out is not None:
             return out
@@ -196,8 +207,29 @@ def _append(fn: str, op: str, expect: int, cache, tokens, max_seq_len, chunk_byt
     return _logical(out)
 
 
+def _quant_append(fn, expect, cache, tokens, m, c, max_seq_len, chunk_bytes, cache_dtype, scale):
+    """Append to an 8-bit cache, or migrate a float cache into one first (cache_dtype given)."""
+    name = quant.cache_dtype_name(fn, cache_dtype)
+    if quant.is_quantized(cache):
+        have = quant.cache_dtype_name(fn, cache.dtype)
+        if name not in (None, have) or scale is not None:
+            raise ValueError(f"{fn}: the cache is already {have} with its own scale; give neither another "
+                             f"cache_dtype ({name!r}) nor a scale")
+        return quant.append(cache, tokens, m, c, expect)
+    if name is None:
+        raise ValueError(f"{fn}: scale is for 8-bit caches only (give cache_dtype=)")
+    if not isinstance(cache, paddle.Tensor) or not isinstance(tokens, paddle.Tensor):
+        raise TypeError(f"{fn}: cache and tokens must be paddle.Tensors")
+    # A float cache migrates once into an 8-bit one whose reservation holds this append too.
+    mm = _setting(fn, "max_seq_len", max_seq_len, _config.max_seq_len)
+    if len(cache.shape) == 4 and len(tokens.shape) == 4:
+        mm = max(mm, cache.shape[1] + tokens.shape[1])
+    migrated = quant.from_dense(cache, name, scale, mm, _setting(fn, "chunk_bytes", chunk_bytes, _config.chunk_bytes))
+    return quant.append(migrated, tokens, m, c, expect)
+
+
 def append(cache: paddle.Tensor, tokens: paddle.Tensor, max_seq_len: int | None = None,
-           chunk_bytes: int | None = None) -> paddle.Tensor:
+           chunk_bytes: int | None = None, cache_dtype=None, scale: paddle.Tensor | None = None) -> paddle.Tensor:
     """Append ``tokens`` ``[B, T, H, D]`` (T >= 1) to ``cache`` ``[B, S, H, D]``.
 
     Returns the VTensor ``[B, S + T, H, D]``. A cache that is not a VTensor is first copied into one
@@ -207,18 +239,24 @@ def append(cache: paddle.Tensor, tokens: paddle.Tensor, max_seq_len: int | None 
     chunk_bytes unless given here. Raises ValueError for a bad input, ReservationFullError past the
     reservation, VTensorOutOfMemoryError when physical memory runs out; the cache is unchanged in
     every case.
+
+    8-bit caches (:mod:`paddle_vtensor.quant`): an 8-bit cache takes float tokens and quantizes
+    them; a float cache with ``cache_dtype`` 'float8_e4m3fn' or 'int8' is first migrated into an
+    8-bit cache (``scale``: the fp8 scale ``[H]``, None: calibrated from the cache).
     """
-    return _append("append", PVT_OP_APPEND, 0, cache, tokens, max_seq_len, chunk_bytes)
+    return _append("append", PVT_OP_APPEND, 0, cache, tokens, max_seq_len, chunk_bytes, cache_dtype, scale)
 
 
 def reserve_one_token(cache: paddle.Tensor, token: paddle.Tensor, max_seq_len: int | None = None,
-                      chunk_bytes: int | None = None) -> paddle.Tensor:
+                      chunk_bytes: int | None = None, cache_dtype=None, scale: paddle.Tensor | None = None
+                      ) -> paddle.Tensor:
     """Append one token ``[B, 1, H, D]`` to ``cache`` ``[B, S, H, D]``: the original op.
 
     Returns ``[B, S + 1, H, D]`` with strides ``{H*D, B*H*D, D, 1}``, sharing the cache's storage.
-    Settings and errors as :func:`append`.
+    Settings, 8-bit caches and errors as :func:`append`.
     """
-    return _append("reserve_one_token", PVT_OP_RESERVE_ONE_TOKEN, 1, cache, token, max_seq_len, chunk_bytes)
+    return _append("reserve_one_token", PVT_OP_RESERVE_ONE_TOKEN, 1, cache, token, max_seq_len, chunk_bytes,
+                   cache_dtype, scale)
 
 
 def truncate(cache: paddle.Tensor, seq_len: int) -> paddle.Tensor:
@@ -231,12 +269,17 @@ def truncate(cache: paddle.Tensor, seq_len: int) -> paddle.Tensor:
     try:
         if type(seq_len) is not int or not -_INT64_END <= seq_len < _INT64_END:
             seq_len = _int("truncate", "seq_len", seq_len)  # the op checks the range it takes
-        out = _ops.fast().truncate(cache, seq_len)
-        if out is None:
-            out = _logical(_ops.run(PVT_OP_TRUNCATE, _storage(cache), seq_len)[0])
+        if quant.is_quantized(cache):
+            return quant.truncate(cache, seq_len, _truncate_vtensor)
+        out = _truncate_vtensor(cache, seq_len)
     except Exception as e:
         raise _failure("truncate", e, {"cache": cache}) from None
     return out
+
+
+def _truncate_vtensor(cache, seq_len: int) -> paddle.Tensor:
+    out = _ops.fast().truncate(cache, seq_len)
+    return out if out is not None else _logical(_ops.run(PVT_OP_TRUNCATE, _storage(cache), seq_len)[0])
 
 
 def _cache_info(x: paddle.Tensor):

@@ -11,7 +11,7 @@ import math
 
 import paddle
 
-from . import _ops
+from . import _ops, quant
 from ._op_names import PVT_OP_DECODE_ATTENTION, PVT_OP_DECODE_ATTENTION_LSE
 from .api import _failure, _no_gradients, _storage
 
@@ -37,6 +37,8 @@ def decode_attention(q: paddle.Tensor, k_cache: paddle.Tensor, v_cache: paddle.T
     Returns ``[B, Tq, Hq, D]`` in q's dtype (with ``return_lse``: ``(out, lse)``). A query that sees
     no key gets zeros. The op checks its inputs (ValueError naming the problem; TypeError for an
     argument that is not a tensor); there are no gradients (ValueError when one is asked for).
+    8-bit caches (``cache_dtype=`` of from_dense/append, :mod:`paddle_vtensor.quant`) are read as
+    codes and dequantized in registers; k and v must both be 8-bit caches of one dtype.
     """
     try:
         if paddle.is_grad_enabled() and not (q.stop_gradient and k_cache.stop_gradient and v_cache.stop_gradient):
@@ -44,6 +46,9 @@ def decode_attention(q: paddle.Tensor, k_cache: paddle.Tensor, v_cache: paddle.T
         if scale is None:
             d = q.shape[-1] if q.shape else 0
             scale = 1.0 / math.sqrt(d) if d > 0 else 1.0  # d <= 0: the op refuses q anyway
+        if quant.is_quantized(k_cache) or quant.is_quantized(v_cache):  # 8-bit caches, dequantized in registers
+            out, lse = quant.decode_attention(q, k_cache, v_cache, attn_mask, scale)
+            return (out, lse) if return_lse else out
         if return_lse:
             out, lse = _ops.run(PVT_OP_DECODE_ATTENTION_LSE, q, _storage(k_cache), _storage(v_cache), attn_mask,
                                 scale)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from . import _ops, api, errors
 from .errors import SlotError
-from .slots import LayerKV, SlotKVCache, _stream
+from .slots import LayerKV, SlotKVCache, _stream, _with_scales
 
 
 def _int(value, name: str, where: str) -> int:
@@ -78,7 +78,7 @@ def share_prefix(cache, src_slot: int, dst_slot: int, tokens: int) -> None:
     where = "share_prefix"
     src, dst, n = (_int(v, name, where) for v, name in ((src_slot, "src_slot"), (dst_slot, "dst_slot"),
                                                        (tokens, "tokens")))
-    caches = _caches(cache, where)
+    caches = [s for c in _caches(cache, where) for s in _with_scales(c)]  # an int8 cache's scales share too
     for c in caches:
         _info(c, where)
     done = []
@@ -100,7 +100,7 @@ def reserve_for_write(cache, slot: int, tokens: int, write_from: int) -> None:
     it never touches shared chunks. ``cache`` as for :func:`share_prefix`."""
     where = "reserve_for_write"
     s, n, w = (_int(v, name, where) for v, name in ((slot, "slot"), (tokens, "tokens"), (write_from, "write_from")))
-    caches = _caches(cache, where)
+    caches = [s for c in _caches(cache, where) for s in _with_scales(c)]
     for c in caches:
         _info(c, where)
     for c in caches:

@@ -30,8 +30,8 @@ import weakref
 import numpy as np
 import paddle
 
-from . import _ops, errors
-from ._op_names import PVT_OP_SLOT_ATTENTION, PVT_OP_SLOT_CACHE, PVT_OP_SLOT_ERRORS
+from . import _ops, errors, quant
+from ._op_names import PVT_OP_QUANT_SLOT_ATTENTION, PVT_OP_SLOT_ATTENTION, PVT_OP_SLOT_CACHE, PVT_OP_SLOT_ERRORS
 from .api import _config, _int, _no_gradients
 from .errors import SlotError
 
@@ -72,13 +72,38 @@ def _new_cache(fn: str, dims: dict, dtype, place, chunk_bytes) -> paddle.Tensor:
     return _run(PVT_OP_SLOT_CACHE, like, shape, c)
 
 
+def _quant_cache(fn: str, dims: dict, cache_dtype, scale, place, chunk_bytes) -> paddle.Tensor | None:
+    """An 8-bit slot cache (codes) carrying its scale, or None for cache_dtype None: int8, a scale slot
+    cache of the same shape with head_dim 1 (written by the appends); fp8, ``scale`` as given."""
+    name = quant.cache_dtype_name(fn, cache_dtype)
+    if name is None:
+        if scale is not None:
+            raise ValueError(f"{fn}: a scale is for 8-bit caches only (give cache_dtype=)")
+        return None
+    if name == "int8" and scale is not None:
+        raise ValueError(f"{fn}: an int8 cache computes its own per-token scales; give no scale")
+    if name != "int8":
+        if not isinstance(scale, paddle.Tensor):
+            raise ValueError(f"{fn}: a float8_e4m3fn slot cache needs its scale (float32, one per kv head; k_scale / "
+                             "v_scale): a slot cache has no prefill to calibrate from")
+        scale = scale.astype("float32").to(_place(place))
+    codes = _new_cache(fn, dims, quant.CACHE_DTYPES[name], place, chunk_bytes)
+    if name == "int8":
+        scale = _new_cache(fn, {**dims, "head_dim": 1}, "float32", place, chunk_bytes)
+    setattr(codes, "pvt_kv_scale", scale)
+    return codes
+
+
 def slot_cache(num_slots: int, max_seq_len: int, num_heads: int, head_dim: int, dtype="float32", place=None,
-               chunk_bytes: int | None = None) -> paddle.Tensor:
+               chunk_bytes: int | None = None, cache_dtype=None, scale: paddle.Tensor | None = None) -> paddle.Tensor:
     """One layer's K (or V) slot cache ``[num_slots, max_seq_len, num_heads, head_dim]``, contiguous
     (strides ``{max_seq_len*H*D, H*D, D, 1}``), nothing mapped. ``place``: None (paddle's current
-    device), 'cpu', 'gpu:N' or a Place. ``chunk_bytes``: mapping granularity (default 2 MiB)."""
-    return _new_cache("slot_cache", {"num_slots": num_slots, "max_seq_len": max_seq_len, "num_heads": num_heads,
-                                     "head_dim": head_dim}, dtype, place, chunk_bytes)
+    device), 'cpu', 'gpu:N' or a Place. ``chunk_bytes``: mapping granularity (default 2 MiB).
+    ``cache_dtype`` 'int8' / 'float8_e4m3fn': an 8-bit slot cache (paddle_vtensor.quant; CPU), fp8
+    with ``scale`` float32 ``[num_heads]``."""
+    dims = {"num_slots": num_slots, "max_seq_len": max_seq_len, "num_heads": num_heads, "head_dim": head_dim}
+    codes = _quant_cache("slot_cache", dims, cache_dtype, scale, place, chunk_bytes)
+    return codes if codes is not None else _new_cache("slot_cache", dims, dtype, place, chunk_bytes)
 
 
 def _summary(kind: str, storage: paddle.Tensor, extra: str = "") -> str:
@@ -171,11 +196,23 @@ class SlotKVCache(_NotCopyable):
 
 
 def slot_kv_cache(num_layers: int, num_slots: int, max_seq_len: int, num_kv_heads: int, head_dim: int,
-                  dtype="float32", place=None, chunk_bytes: int | None = None) -> SlotKVCache:
-    """A model-wide slot cache (all layers' K and V in one reservation), nothing mapped."""
+                  dtype="float32", place=None, chunk_bytes: int | None = None, cache_dtype=None,
+                  k_scale: paddle.Tensor | None = None, v_scale: paddle.Tensor | None = None) -> SlotKVCache:
+    """A model-wide slot cache (all layers' K and V in one reservation), nothing mapped.
+    ``cache_dtype`` 'int8' / 'float8_e4m3fn': 8-bit (paddle_vtensor.quant; CPU), fp8 with ``k_scale``
+    and ``v_scale`` float32 ``[num_layers, num_kv_heads]``."""
     dims = {"num_slots": num_slots, "max_seq_len": max_seq_len, "num_layers": num_layers, "kv": 2,
             "num_kv_heads": num_kv_heads, "head_dim": head_dim}
-    return SlotKVCache(_new_cache("slot_kv_cache", dims, dtype, place, chunk_bytes))
+    scale = None
+    if (k_scale is None) != (v_scale is None):
+        raise ValueError("slot_kv_cache: give both k_scale and v_scale or neither")
+    if k_scale is not None:
+        if list(k_scale.shape) != [num_layers, num_kv_heads] or list(v_scale.shape) != [num_layers, num_kv_heads]:
+            raise ValueError(f"slot_kv_cache: k_scale and v_scale must be [num_layers, num_kv_heads] = "
+                             f"[{num_layers}, {num_kv_heads}], got {list(k_scale.shape)} and {list(v_scale.shape)}")
+        scale = paddle.stack([k_scale.astype("float32"), v_scale.astype("float32")], axis=1)  # [L, 2, Hkv]
+    codes = _quant_cache("slot_kv_cache", dims, cache_dtype, scale, place, chunk_bytes)
+    return SlotKVCache(codes if codes is not None else _new_cache("slot_kv_cache", dims, dtype, place, chunk_bytes))
 
 
 def _storage(cache, fn: str, by_pointer: bool = True) -> paddle.Tensor:
@@ -225,7 +262,14 @@ def reserve_slot(cache, slot: int, tokens: int) -> None:
     storage = _storage(cache, "reserve_slot")
     slot, tokens = _int("reserve_slot", "slot", slot, out_of_range=SlotError), _int("reserve_slot", "tokens", tokens,
                                                                                     out_of_range=SlotError)
-    _check(*_ops.c.slot_reserve(storage.data_ptr(), slot, tokens, _stream(storage)), "reserve_slot")
+    for s in _with_scales(storage):  # an int8 cache's scales first: they are the smaller mapping
+        _check(*_ops.c.slot_reserve(s.data_ptr(), slot, tokens, _stream(s)), "reserve_slot")
+
+
+def _with_scales(storage: paddle.Tensor) -> list:
+    """The caches a slot operation applies to: an int8 slot cache's scale slot cache, then the cache."""
+    scale = getattr(storage, "pvt_kv_scale", None)
+    return [scale, storage] if scale is not None and storage.dtype == paddle.int8 else [storage]
 
 
 def release_slot(cache, slot: int) -> None:
@@ -236,7 +280,8 @@ def release_slot(cache, slot: int) -> None:
     again."""
     storage = _storage(cache, "release_slot")
     slot = _int("release_slot", "slot", slot, out_of_range=SlotError)
-    _check(*_ops.c.slot_release(storage.data_ptr(), slot, _stream(storage)), "release_slot")
+    for s in _with_scales(storage)[::-1]:
+        _check(*_ops.c.slot_release(s.data_ptr(), slot, _stream(s)), "release_slot")
 
 
 def slot_info(cache) -> dict:
@@ -392,8 +437,13 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k_new=None, v_new
                                 f"than its {int(counts.numpy()[b])} queries")
         # A new tensor (the caller's is not modified), with the op's meaning of cache_seqlens.
         cache_seqlens = paddle.scatter(cache_seqlens, slots, paddle.gather(cache_seqlens, slots) - counts)
-    out = _run(PVT_OP_SLOT_ATTENTION, q, k_storage, v_storage, cache_seqlens, k_new, v_new, cu, slots, int(layer), scale,
-               bool(causal), *bounds)
+    if quant.is_quantized(k_storage) or quant.is_quantized(v_storage):  # 8-bit slot caches (CPU)
+        scales = [quant.cache_scale(t) for t in (k_storage, v_storage)]
+        out = _run(PVT_OP_QUANT_SLOT_ATTENTION, q, k_storage, scales[0], v_storage, scales[1], cache_seqlens, k_new,
+                   v_new, cu, slots, int(layer), scale, bool(causal))
+    else:
+        out = _run(PVT_OP_SLOT_ATTENTION, q, k_storage, v_storage, cache_seqlens, k_new, v_new, cu, slots, int(layer),
+                   scale, bool(causal), *bounds)
     return out.reshape([n, -1, out.shape[1], out.shape[2]]) if batched else out
 
 

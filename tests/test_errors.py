@@ -417,11 +417,14 @@ README_CALLS = {
     "a copy or pickle of a `SlotKVCache` / `LayerKV`": [
         lambda: copy.deepcopy(pvt.slot_kv_cache(1, 2, 8, 1, 8, chunk_bytes=4096)),
         lambda: pickle.dumps(pvt.slot_kv_cache(1, 2, 8, 1, 8, chunk_bytes=4096).k(0))],
-    "a bad value at an op's entry (dtype, shape, place, range; a slot cache to a seq-major op)": [
+    "a bad value at an op's entry (dtype, shape, place, range, scale; a slot cache to a seq-major op, an 8-bit cache "
+    "to an op that takes none)": [
         lambda: pvt.truncate(make_cache(), -1),
         lambda: pvt.append(make_cache(), rand([2, 1, 3, 8], "float16")),
         lambda: pvt.from_dense(rand([1, 2, 1, 4]), max_seq_len=2**63),
-        lambda: pvt.decode_attention(rand([2, 1, 2, 8]), pvt.slot_cache(2, 6, 2, 8), pvt.slot_cache(2, 6, 2, 8))],
+        lambda: pvt.decode_attention(rand([2, 1, 2, 8]), pvt.slot_cache(2, 6, 2, 8), pvt.slot_cache(2, 6, 2, 8)),
+        lambda: pvt.from_dense(rand([1, 2, 1, 4]), cache_dtype="float8_e4m3fn", scale=paddle.zeros([1])),
+        lambda: pvt.from_dense(pvt.from_dense(rand([1, 2, 1, 4]), cache_dtype="int8"))],
     "an input that requires gradients while grad is on": [
         lambda: pvt.decode_attention(_grad_q(), make_cache(), make_cache()),
         lambda: pvt.attention_with_kvcache(_grad_q()[0], _slot_cache(), _slot_cache(), [0, 0], cu_seqlens_q=[0, 2])],

@@ -36,7 +36,9 @@ def test_every_op_in_the_header_is_registered_with_header_attributes(ops):
                                    "vtensor_decode_attention_lse", "vtensor_merge_attention_states",
                                    "vtensor_slot_attention", "vtensor_slot_cache", "vtensor_slot_errors",
                                    "vtensor_speculative_accept",
-                                   "vtensor_from_dense", "vtensor_decode_attention"}
+                                   "vtensor_from_dense", "vtensor_decode_attention",
+                                   "vtensor_quant_from_dense", "vtensor_quant_append",
+                                   "vtensor_quant_decode_attention", "vtensor_quant_slot_attention"}
     header_attrs = set(attrs.values())
     for op in names.values():
         registered = _registered_attrs(op)  # raises for an op the loaded extension does not register

@@ -26,9 +26,9 @@ Status SeqMajorCache::create_impl(Device device, const CacheShape& shape, const 
                       " heads=" + std::to_string(shape.heads) +
                       " head_dim=" + std::to_string(shape.head_dim));
   }
-  if (shape.elem_bytes != 2 && shape.elem_bytes != 4) {
+  if (shape.elem_bytes != 1 && shape.elem_bytes != 2 && shape.elem_bytes != 4) {
     return Status(Code::kInvalidArgument,
-                  "element size must be 2 or 4 bytes, got " + std::to_string(shape.elem_bytes));
+                  "element size must be 1, 2 or 4 bytes, got " + std::to_string(shape.elem_bytes));
   }
   if (config.capacity_tokens <= 0) {
     return Status(Code::kInvalidArgument, "capacity must be at least one token, got " +

@@ -26,7 +26,7 @@ struct CacheShape {
   int64_t batch = 0;
   int64_t heads = 0;
   int64_t head_dim = 0;
-  int64_t elem_bytes = 0;  // 2 (float16, bfloat16) or 4 (float32)
+  int64_t elem_bytes = 0;  // 1 (8-bit codes), 2 (float16, bfloat16) or 4 (float32)
   int64_t token_bytes() const { return batch * heads * head_dim * elem_bytes; }
 };
 

@@ -18,7 +18,7 @@ struct AppendParams {
   int64_t head_dim = 0;
   int64_t dst_pos = 0;        // token position of the first written token
   int64_t src_stride[4] = {0, 0, 0, 0};  // in ELEMENTS (not bytes), for (b, t, h, d)
-  int64_t elem_bytes = 0;     // 2 or 4
+  int64_t elem_bytes = 0;     // 1 (8-bit codes), 2 or 4
 };
 
 // Host implementation (append_tokens_cpu.cc). Always available.
@@ -27,7 +27,7 @@ Status append_tokens_cpu(const AppendParams& p);
 // returns the launch status; only in builds with PADDLE_VTENSOR_WITH_CUDA.
 Status append_tokens_cuda(const AppendParams& p, void* stream);
 
-// Shared validation (sizes positive, elem_bytes 2 or 4, pointers set).
+// Shared validation (sizes positive, elem_bytes 1, 2 or 4, pointers set).
 Status check_append_params(const AppendParams& p);
 
 }  // namespace pvt

@@ -22,8 +22,8 @@ Status check_append_params(const AppendParams& p) {
     return Status(Code::kInvalidArgument,
                   "append: dst_pos must be >= 0, got " + std::to_string(p.dst_pos));
   }
-  if (p.elem_bytes != 2 && p.elem_bytes != 4) {
-    return Status(Code::kInvalidArgument, "append: element size must be 2 or 4 bytes, got " +
+  if (p.elem_bytes != 1 && p.elem_bytes != 2 && p.elem_bytes != 4) {  // 1: 8-bit caches' codes
+    return Status(Code::kInvalidArgument, "append: element size must be 1, 2 or 4 bytes, got " +
                                               std::to_string(p.elem_bytes));
   }
   return Status::Ok();

@@ -116,6 +116,7 @@ Status append_tokens_cuda(const AppendParams& params, void* stream) {
     case 8: return launch<uint2>(p, dst, s);
     case 4: return launch<uint32_t>(p, dst, s);
     case 2: return launch<uint16_t>(p, dst, s);
+    case 1: return launch<uint8_t>(p, dst, s);  // the codes of an 8-bit cache (copy-on-write)
     default:
       return Status(Code::kInvalidArgument, "append_tokens_cuda: unsupported element size " +
                                                 std::to_string(p.elem_bytes) + " bytes");

@@ -1,5 +1,5 @@
 // vtensor_slot_cache: a new slot cache, nothing mapped.
-//   Like  any tensor: gives the dtype (float32, float16, bfloat16) and the place
+//   Like  any tensor: gives the dtype (float32, float16, bfloat16; float8_e4m3fn / int8 codes) and the place
 //   attr shape  [num_slots, max_seq_len, row dims...]: [slots, S, H, D] for one layer's K or V
 //               (flash-attn's k_cache), [slots, S, L, 2, Hkv, D] for a whole model (token rows
 //               holding every layer, docs/SLOT_CACHE.md)
@@ -17,7 +17,9 @@ std::vector<paddle::Tensor> VTensorSlotCache(const paddle::Tensor& like, const s
   const char* op = pvt::names::kSlotCache;
   PD_CHECK(shape.size() >= 3, op, ": shape must be [num_slots, max_seq_len, row dims...], got rank ",
            shape.size());
-  int64_t row = pvt::kv_elem_bytes(like.dtype(), op, "the cache dtype");
+  // float8_e4m3fn / int8: the codes of an 8-bit slot cache (paddle_vtensor.quant), one byte a value.
+  const bool codes = like.dtype() == phi::DataType::FLOAT8_E4M3FN || like.dtype() == phi::DataType::INT8;
+  int64_t row = codes ? 1 : pvt::kv_elem_bytes(like.dtype(), op, "the cache dtype");
   for (size_t i = 0; i < shape.size(); ++i) {
     PD_CHECK(shape[i] > 0, op, ": every dimension must be positive, got ", shape[i], " at dimension ", i);
     // The core checks slots x rows x row bytes; the row itself must not wrap first.

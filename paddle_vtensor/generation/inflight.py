@@ -50,7 +50,7 @@ def generate_inflight(model, prompts: Sequence[Sequence[int]], max_new_tokens, m
                       eos_token_id: int | None = None, max_seq_len: int | None = None,
                       chunk_bytes: int | None = None, on_step: Callable[[dict], None] | None = None,
                       runner: SlotModelRunner | None = None, prefix_cache: bool = True,
-                      prefix_cache_bytes: int | None = None) -> "InflightResult":
+                      prefix_cache_bytes: int | None = None, cache_dtype=None) -> "InflightResult":
     """Greedy ids for every prompt (a list of token-id lists), equal to ``model.generate()`` on each
     prompt alone, with at most ``max_batch`` sequences in flight.
 
@@ -68,6 +68,10 @@ def generate_inflight(model, prompts: Sequence[Sequence[int]], max_new_tokens, m
     sequences stay in their slots (a runner's spare slots beyond max_batch too) until a prompt needs
     the slot or their bytes pass ``prefix_cache_bytes`` (None: no byte bound), least recently used
     first. The ids are the same either way. Returns an :class:`InflightResult` (the ids; ``.stats``).
+    cache_dtype: 'int8' keeps the slots' K/V as int8 with per-token scales (paddle_vtensor.quant; CPU);
+    the ids then follow the quantized cache (docs/QUANTIZED_CACHE.md has the agreement measured).
+    float8_e4m3fn needs per-layer scales before the first prefill: make a runner with
+    slot_kv_cache(..., k_scale=, v_scale=) for it.
     """
     if isinstance(prompts, (str, bytes, paddle.Tensor)) or not hasattr(prompts, "__iter__"):
         raise TypeError(f"generate_inflight: prompts must be a list of token-id lists, got {type(prompts).__name__}")
@@ -88,7 +92,9 @@ def generate_inflight(model, prompts: Sequence[Sequence[int]], max_new_tokens, m
         raise TypeError(f"generate_inflight: on_step must be callable or None, got {type(on_step).__name__}")
     need = max((len(p) + m for p, m in zip(prompts, budgets)), default=1)
     if runner is None:
-        runner = SlotModelRunner(model, max_batch, max_seq_len or need, chunk_bytes=chunk_bytes)
+        runner = SlotModelRunner(model, max_batch, max_seq_len or need, chunk_bytes=chunk_bytes, cache_dtype=cache_dtype)
+    elif cache_dtype is not None:
+        raise ValueError("generate_inflight: cache_dtype is the new runner's; a runner passed in keeps its own cache")
     elif not isinstance(runner, SlotModelRunner):
         raise TypeError(f"generate_inflight: runner must be a SlotModelRunner, got {type(runner).__name__}")
     elif runner.num_slots < max_batch:

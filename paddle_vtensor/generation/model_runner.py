@@ -185,7 +185,7 @@ class SlotModelRunner:
     replaces the per-layer attention (default: attention_with_kvcache on this runner's cache)."""
 
     def __init__(self, model, num_slots: int, max_seq_len: int, attention: Callable | None = None,
-                 chunk_bytes: int | None = None):
+                 chunk_bytes: int | None = None, cache_dtype=None):
         self.family = _family(model)
         self.model = model
         limit = self.family.max_positions()
@@ -199,7 +199,8 @@ class SlotModelRunner:
         self.num_slots, self.max_seq_len = num_slots, max_seq_len
         self.vocab_size = self.family.vocab_size()
         self.cache = slot_kv_cache(len(self.family.layers), num_slots, max_seq_len, self.family.num_kv_heads,
-                                   self.family.head_dim, dtype=self.dtype, place=self.place, chunk_bytes=chunk_bytes)
+                                   self.family.head_dim, dtype=self.dtype, place=self.place, chunk_bytes=chunk_bytes,
+                                   cache_dtype=cache_dtype)  # 'int8': 8-bit (paddle_vtensor.quant)
         self.cache_seqlens = paddle.zeros([num_slots], dtype="int32").to(self.place)
         self.host_lens = np.zeros(num_slots, dtype=np.int64)
         self.attention = attention or self._default_attention

@@ -36,7 +36,7 @@ import weakref
 
 import paddle
 
-from .. import api
+from .. import api, quant
 from ..errors import UnsupportedModelError
 from . import _probe
 from ._hooks import ACTIVE, ModelState
@@ -81,7 +81,8 @@ def _uninstall_all(families) -> None:
         uninstall(family)
 
 
-def apply(model, max_seq_len: int | None = None, chunk_bytes: int | None = None, probe: bool = True):
+def apply(model, max_seq_len: int | None = None, chunk_bytes: int | None = None, probe: bool = True,
+          cache_dtype=None):
     """Route ``model``'s KV caches through VTensors; returns ``model``.
 
     max_seq_len: tokens reserved per cache (virtual only); default the model's
@@ -89,6 +90,10 @@ def apply(model, max_seq_len: int | None = None, chunk_bytes: int | None = None,
     chunk_bytes: physical mapping granularity; default :func:`paddle_vtensor.configure`'s.
     probe: run the one-token probe that proves the hooks are reached (three tiny forward steps,
         twice). Leave it on unless the model cannot run a forward step at apply time.
+    cache_dtype: 'float8_e4m3fn' or 'int8': 8-bit caches (:mod:`paddle_vtensor.quant`), quantized
+        when the prefill's cache migrates (fp8: per-layer, per-kv-head scales calibrated from that
+        prefill); None keeps the model's dtype. Needs the probe, which then also checks the
+        quantized outputs against PaddleNLP's to the 8-bit tolerance (docs/QUANTIZED_CACHE.md).
 
     Raises UnsupportedModelError for models, configurations or PaddleNLP versions the plugin cannot
     serve, and ValueError for bad arguments or when already applied; in every case the model and
@@ -115,9 +120,14 @@ def apply(model, max_seq_len: int | None = None, chunk_bytes: int | None = None,
         raise ValueError(f"paddle_vtensor.apply: max_seq_len must be positive, got {max_seq_len}")
     if chunk_bytes is not None and int(chunk_bytes) <= 0:
         raise ValueError(f"paddle_vtensor.apply: chunk_bytes must be positive, got {chunk_bytes}")
+    cache_dtype = quant.cache_dtype_name("paddle_vtensor.apply", cache_dtype)
+    if cache_dtype is not None and not probe:
+        raise UnsupportedModelError(
+            f"paddle_vtensor.apply: cache_dtype={cache_dtype!r} needs probe=True: the probe is where the 8-bit "
+            f"cache's outputs are checked against PaddleNLP's own; without it their accuracy on this model is unknown")
 
     state = ModelState(family="+".join(f.name for f, _ in found), max_seq_len=int(max_seq_len),
-                       chunk_bytes=None if chunk_bytes is None else int(chunk_bytes))
+                       chunk_bytes=None if chunk_bytes is None else int(chunk_bytes), cache_dtype=cache_dtype)
     families = [f for f, _ in found]
     record = _Record(state, [], {name: model.__dict__.get(name, _NONE) for name in ("forward", "__deepcopy__")},
                      [], None)
@@ -242,9 +252,10 @@ def remove(model):
 
 
 @contextlib.contextmanager
-def applied(model, max_seq_len: int | None = None, chunk_bytes: int | None = None, probe: bool = True):
+def applied(model, max_seq_len: int | None = None, chunk_bytes: int | None = None, probe: bool = True,
+            cache_dtype=None):
     """``with applied(model): model.generate(...)``: apply for the block, remove after (also on error)."""
-    apply(model, max_seq_len=max_seq_len, chunk_bytes=chunk_bytes, probe=probe)
+    apply(model, max_seq_len=max_seq_len, chunk_bytes=chunk_bytes, probe=probe, cache_dtype=cache_dtype)
     try:
         yield model
     finally:

@@ -27,7 +27,7 @@ import types
 
 import paddle
 
-from .. import api
+from .. import api, quant
 from ..attention import decode_attention
 from ..errors import ReservationFullError, UnsupportedModelError
 
@@ -42,6 +42,7 @@ class ModelState:
     family: str
     max_seq_len: int
     chunk_bytes: int | None
+    cache_dtype: str | None = None  # 'float8_e4m3fn' / 'int8': the caches are 8-bit (paddle_vtensor.quant)
     migrations: int = 0        # cache concats that copied a dense cache into a new VTensor
     appends_in_place: int = 0  # cache concats that wrote only the new tokens
     appends_copied: int = 0    # copy-on-write: a longer live view already saw the position
@@ -61,7 +62,9 @@ def _is_cache_concat(x, axis) -> bool:
     past, new = x
     if not (isinstance(past, paddle.Tensor) and isinstance(new, paddle.Tensor)):
         return False
-    if past.ndim != 4 or new.ndim != 4 or past.dtype != new.dtype or past.dtype not in _CACHE_DTYPES:
+    if new.dtype not in _CACHE_DTYPES or (past.dtype != new.dtype and not quant.is_quantized(past)):
+        return False  # an 8-bit cache (apply(cache_dtype=...)) takes the new float tokens
+    if past.ndim != 4 or new.ndim != 4:
         return False
     return past.shape[0] == new.shape[0] and past.shape[2:] == new.shape[2:]
 
@@ -73,8 +76,12 @@ def cache_append(state: ModelState, past: paddle.Tensor, new: paddle.Tensor) -> 
             "(generate() does) or call paddle_vtensor.remove(model) first")
     # The prefill's dense cache (or a view we cannot write through) is migrated: one copy.
     migrating = not (api.is_vtensor(past) and api.storage_view(past).is_contiguous())
+    # An 8-bit cache: the prefill's float cache is quantized at its migration (fp8: its scale
+    # calibrated from that prefill, per layer and kv head); later appends quantize the new tokens.
+    cache_dtype = state.cache_dtype if migrating else None
     try:
-        out = api.append(past, new, max_seq_len=state.max_seq_len, chunk_bytes=state.chunk_bytes)
+        out = api.append(past, new, max_seq_len=state.max_seq_len, chunk_bytes=state.chunk_bytes,
+                         cache_dtype=cache_dtype)
     except ReservationFullError as e:
         raise ReservationFullError(
             f"paddle_vtensor: the KV cache is full ({past.shape[1]} tokens + {new.shape[1]} new; "

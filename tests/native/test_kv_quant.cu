@@ -1,0 +1,407 @@
+// 8-bit KV caches on the GPU against the host kernels (kv_quant_append.h, kv_quant_attention.h):
+// the CUDA append writes the very bytes and scales the host append writes (fp8 and int8, float32 /
+// float16 / bfloat16 tokens, with ties, NaN, infinities and all-zero tokens); the CUDA attention
+// matches the host attention over the same codes (head_dim 64/128/256, query groups 1/2/3/4/8,
+// the variable-length fields, a refused entry); then, unless --no-bench, decode attention timed
+// against our float16 kernel on the same shapes (Llama-3-8B GQA 32/8 and Llama-2-7B MHA 32/32,
+// head_dim 128, B 1/8/32, S 4k-64k; CUDA-graph replay, cold L2), in GB/s of the bytes read.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "kernels/decode_attention.h"
+#include "kernels/float_convert.h"
+#include "kernels/kv_quant_append.h"
+#include "kernels/kv_quant_attention.h"
+
+using pvt::KvQuant;
+using pvt::ScalarType;
+
+namespace {
+
+pvt_test::Report r;
+
+#define CK(call)                                                                             \
+  do {                                                                                       \
+    cudaError_t e_ = (call);                                                                 \
+    if (e_ != cudaSuccess) {                                                                 \
+      std::printf("FAIL %s: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__);       \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+template <typename T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) { CK(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T))); }
+  ~Dev() { cudaFree(p); }
+  void put(const std::vector<T>& h) { CK(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice)); }
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    CK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+size_t elem_size(ScalarType t) { return t == ScalarType::kFloat32 ? 4 : 2; }
+
+// Host float values as the bytes of `t` (float16 / bfloat16 rounded to nearest even).
+std::vector<uint8_t> as_bytes(const std::vector<float>& x, ScalarType t) {
+  std::vector<uint8_t> out(x.size() * elem_size(t));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (t == ScalarType::kFloat32) {
+      std::memcpy(&out[4 * i], &x[i], 4);
+    } else {
+      const uint16_t h = t == ScalarType::kFloat16 ? pvt::host_float::float_to_half(x[i]) : pvt::host_float::float_to_bf16(x[i]);
+      std::memcpy(&out[2 * i], &h, 2);
+    }
+  }
+  return out;
+}
+
+std::vector<float> from_bytes(const std::vector<uint8_t>& b, ScalarType t) {
+  std::vector<float> out(b.size() / elem_size(t));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (t == ScalarType::kFloat32) {
+      std::memcpy(&out[i], &b[4 * i], 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, &b[2 * i], 2);
+      out[i] = t == ScalarType::kFloat16 ? pvt::host_float::half_to_float(h) : pvt::host_float::bf16_to_float(h);
+    }
+  }
+  return out;
+}
+
+const char* kind_name(KvQuant k) { return k == KvQuant::kInt8 ? "int8" : "fp8"; }
+const char* type_name(ScalarType t) { return pvt::scalar_type_name(t); }
+
+// ---- append: the CUDA bytes equal the host bytes.
+void test_append(KvQuant kind, ScalarType t) {
+  const int64_t B = 3, T = 7, H = 4, D = 96;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  std::vector<float> x(B * T * H * D);
+  for (auto& v : x) v = nd(rng);
+  const float specials[] = {NAN, INFINITY, -INFINITY, 0.5f, 1.5f, 2.5f, 448.f, 464.f, -500.f, 1e-3f, 0.f};
+  for (size_t i = 0; i < sizeof(specials) / 4; ++i) x[i * 13] = specials[i];
+  for (int64_t d = 0; d < D; ++d) x[(1 * T * H + 2 * H + 3) * D + d] = 0.f;  // an all-zero token
+  const auto bytes = as_bytes(x, t);
+  std::vector<float> fp8_scale = {0.5f, 0.01f, 2.f, 1.f};
+  pvt::QuantAppendParams p;
+  p.kind = kind;
+  p.src_type = t;
+  p.outer = B, p.inner = T, p.heads = H, p.head_dim = D;
+  const int64_t ss[3] = {T * H * D, H * D, D}, ds[3] = {H * D, B * H * D, D}, sc[3] = {H, B * H, 1};
+  std::copy(ss, ss + 3, p.src_stride);
+  std::copy(ds, ds + 3, p.dst_stride);
+  // Host run.
+  std::vector<uint8_t> hcodes(B * T * H * D);
+  std::vector<float> hscale(kind == KvQuant::kInt8 ? B * T * H : H);
+  if (kind == KvQuant::kInt8) std::copy(sc, sc + 3, p.scale_stride); else p.scale_stride[2] = 1;
+  if (kind != KvQuant::kInt8) hscale = fp8_scale;
+  pvt::QuantAppendParams hp = p;
+  hp.src = bytes.data(), hp.dst = hcodes.data(), hp.scale = hscale.data();
+  r.ok(pvt::quant_append_cpu(hp), std::string("append.host.") + kind_name(kind) + "." + type_name(t));
+  // Device run.
+  Dev<uint8_t> src(bytes.size()), dst(hcodes.size());
+  Dev<float> scale(hscale.size());
+  src.put(bytes);
+  if (kind != KvQuant::kInt8) scale.put(fp8_scale);
+  pvt::QuantAppendParams dp = p;
+  dp.src = src.p, dp.dst = dst.p, dp.scale = scale.p;
+  r.ok(pvt::quant_append_cuda(dp, nullptr), std::string("append.cuda.launch.") + kind_name(kind));
+  CK(cudaDeviceSynchronize());
+  const std::string name = std::string("append.bytes.") + kind_name(kind) + "." + type_name(t);
+  r.check(dst.get() == hcodes, name, "CUDA codes differ from the host codes");
+  if (kind == KvQuant::kInt8) r.check(scale.get() == hscale, name + ".scales", "CUDA scales differ");
+}
+
+// ---- attention: CUDA against the host kernel over the same codes.
+struct AttnCase {
+  KvQuant kind;
+  ScalarType t;
+  int64_t B, Hq, Hkv, D, S;
+  bool varlen;
+};
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0.f;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+void test_attention(const AttnCase& c) {
+  const int64_t B = c.B, Hq = c.Hq, Hkv = c.Hkv, D = c.D, S = c.S, rows = B + 1;  // one spare cache row
+  std::mt19937 rng(static_cast<unsigned>(B * 7 + Hq + D + S));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f), pos(0.005f, 0.05f);
+  // Codes [S, rows, Hkv, D]; NaN codes of fp8 (0x7F / 0xFF) are never written by an append.
+  std::vector<uint8_t> k(S * rows * Hkv * D), v(k.size());
+  for (auto* buf : {&k, &v}) {
+    for (auto& x : *buf) {
+      x = static_cast<uint8_t>(byte(rng));
+      if (c.kind == KvQuant::kFp8E4M3 && (x & 0x7F) == 0x7F) x = 0x7E;
+      if (c.kind == KvQuant::kInt8 && x == 0x80) x = 0x81;  // -128 is never written either
+    }
+  }
+  const bool per_token = c.kind == KvQuant::kInt8;
+  std::vector<float> ks(per_token ? S * rows * Hkv : Hkv), vs(ks.size());
+  for (auto& x : ks) x = per_token ? pos(rng) : pos(rng) * 0.2f;
+  for (auto& x : vs) x = pos(rng) * (per_token ? 1.f : 0.2f);
+  std::vector<float> q(B * Hq * D);
+  for (auto& x : q) x = uni(rng) * 4.f;
+  const auto qbytes = as_bytes(q, c.t);
+  std::vector<int32_t> seqlens(rows), index(B), mapped(rows);
+  for (int64_t i = 0; i < rows; ++i) seqlens[i] = static_cast<int32_t>((S - 1) - (i * 37) % std::max<int64_t>(1, S / 2));
+  for (int64_t b = 0; b < B; ++b) index[b] = static_cast<int32_t>((b + 1) % rows);
+  for (int64_t i = 0; i < rows; ++i) mapped[i] = static_cast<int32_t>(S);
+  if (c.varlen && B > 1) mapped[index[1]] = seqlens[index[1]];  // entry 1 reads one row past its mapping
+
+  pvt::QuantAttentionParams p;
+  pvt::DecodeAttentionParams& a = p.attn;
+  a.batch = B, a.q_len = 1, a.q_heads = Hq, a.kv_heads = Hkv, a.head_dim = D, a.kv_len = S;
+  a.dtype = c.t;
+  a.scale = 1.f / std::sqrt(static_cast<float>(D));
+  const int64_t qs[4] = {Hq * D, Hq * D, D, 1}, kvs[4] = {rows * Hkv * D, Hkv * D, D, 1};
+  std::copy(qs, qs + 4, a.q_stride);
+  std::copy(qs, qs + 4, a.out_stride);
+  std::copy(kvs, kvs + 4, a.k_stride);
+  std::copy(kvs, kvs + 4, a.v_stride);
+  p.kind = c.kind;
+  const int64_t st[3] = {rows * Hkv, Hkv, 1};
+  if (per_token) std::copy(st, st + 3, p.k_scale_stride), std::copy(st, st + 3, p.v_scale_stride);
+  else p.k_scale_stride[2] = p.v_scale_stride[2] = 1;
+
+  const std::string name = std::string("attention.") + kind_name(c.kind) + "." + type_name(c.t) + ".B" +
+                           std::to_string(B) + ".Hq" + std::to_string(Hq) + ".Hkv" + std::to_string(Hkv) + ".D" +
+                           std::to_string(D) + ".S" + std::to_string(S) + (c.varlen ? ".varlen" : "");
+  // Host.
+  std::vector<uint8_t> hout(B * Hq * D * elem_size(c.t));
+  std::vector<float> hlse(B * Hq);
+  pvt::QuantAttentionParams hp = p;
+  hp.attn.q = qbytes.data(), hp.attn.k = k.data(), hp.attn.v = v.data(), hp.attn.out = hout.data();
+  hp.attn.lse = hlse.data();
+  hp.k_scale = ks.data(), hp.v_scale = vs.data();
+  std::vector<int32_t> hmapped = mapped;
+  if (c.varlen) {
+    hp.attn.cache_seqlens = seqlens.data(), hp.attn.kv_batch_index = index.data();
+    if (B > 1) hmapped[index[1]] = S;  // the host refuses the whole call: compare the others only
+  }
+  if (!r.ok(pvt::quant_attention_cpu(hp), name + ".host")) return;
+  // Device.
+  Dev<uint8_t> dq(qbytes.size()), dk(k.size()), dv(v.size()), dout(hout.size());
+  Dev<float> dks(ks.size()), dvs(vs.size()), dlse(hlse.size());
+  Dev<int32_t> dseq(rows), didx(B), dmap(rows), dflag(1);
+  dq.put(qbytes), dk.put(k), dv.put(v), dks.put(ks), dvs.put(vs);
+  dseq.put(seqlens), didx.put(index), dmap.put(mapped), dflag.put({0});
+  pvt::QuantAttentionParams dp = p;
+  dp.attn.q = dq.p, dp.attn.k = dk.p, dp.attn.v = dv.p, dp.attn.out = dout.p, dp.attn.lse = dlse.p;
+  dp.k_scale = dks.p, dp.v_scale = dvs.p;
+  if (c.varlen) {
+    dp.attn.cache_seqlens = dseq.p, dp.attn.kv_batch_index = didx.p, dp.attn.kv_mapped = dmap.p;
+    dp.attn.error_flag = dflag.p;
+  }
+  const size_t ws_bytes = pvt::quant_attention_cuda_workspace_bytes(dp);
+  Dev<uint8_t> ws(ws_bytes);
+  dp.attn.workspace = ws.p, dp.attn.workspace_bytes = ws_bytes;
+  if (!r.ok(pvt::quant_attention_cuda(dp, nullptr), name + ".cuda")) return;
+  CK(cudaDeviceSynchronize());
+  auto got = from_bytes(dout.get(), c.t), want = from_bytes(hout, c.t);
+  auto glse = dlse.get();
+  const bool refused = c.varlen && B > 1;
+  if (refused) {  // entry 1: zeros and -inf from the GPU, flagged; left out of the comparison
+    bool zeros = true;
+    for (int64_t i = Hq * D; i < 2 * Hq * D; ++i) zeros = zeros && got[i] == 0.f;
+    r.check(zeros && std::isinf(glse[Hq]) && dflag.get()[0] == 1, name + ".refused_entry", "not zeros/-inf/flagged");
+    std::fill(got.begin() + Hq * D, got.begin() + 2 * Hq * D, 0.f);
+    std::fill(want.begin() + Hq * D, want.begin() + 2 * Hq * D, 0.f);
+    std::fill(glse.begin() + Hq, glse.begin() + 2 * Hq, 0.f);
+    std::fill(hlse.begin() + Hq, hlse.begin() + 2 * Hq, 0.f);
+  }
+  const float tol = c.t == ScalarType::kFloat32 ? 2e-4f : c.t == ScalarType::kFloat16 ? 2e-3f : 1.6e-2f;
+  const float err = max_abs_diff(got, want), lerr = max_abs_diff(glse, hlse);
+  r.check(err <= tol && lerr <= 1e-3f, name, "max |out diff| " + std::to_string(err) + ", |lse diff| " + std::to_string(lerr));
+}
+
+// ---- benchmark against our float16 kernel.
+__global__ void fill_kernel(uint8_t* p, size_t n, uint32_t seed, bool fp8) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * static_cast<size_t>(blockDim.x)) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    uint8_t b = static_cast<uint8_t>(h >> 24);
+    if (fp8) b = (b & 0x80) | (0x28 + (b & 0x1F));  // |value| in [0.125, 1): a sane fp8 range
+    p[i] = b;
+  }
+}
+
+void fill(void* p, size_t bytes, uint32_t seed, bool fp8 = false) {
+  fill_kernel<<<1024, 256>>>(static_cast<uint8_t*>(p), bytes, seed, fp8);
+  CK(cudaGetLastError());
+}
+
+__global__ void half_fill_kernel(__half* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * static_cast<size_t>(blockDim.x)) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    p[i] = __float2half(static_cast<float>(h & 0xffff) / 32768.f - 1.f);
+  }
+}
+
+// Microseconds per call: `iters` calls captured in a graph, replayed; each call reads copy
+// (i % copies) so that the caches, together at least 3x the L2, are read cold.
+template <typename F>
+float graph_us(F call, int copies, int iters, cudaStream_t s) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  call(0, s);  // warm-up, outside the capture
+  CK(cudaStreamSynchronize(s));
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < iters; ++i) call(i % copies, s);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  float best = 1e30f;
+  for (int rep = 0; rep < 3; ++rep) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    best = std::min(best, ms * 1e3f / iters);
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return best;
+}
+
+void bench() {
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  int l2 = 0;
+  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+  std::printf("BENCH l2_bytes=%d (graph replay, cold L2; GB/s of the K/V bytes read, scales included)\n", l2);
+  std::printf("BENCH model B S us_fp16 us_fp8 us_int8 GBps_fp16 GBps_fp8 GBps_int8 fp8_vs_fp16 int8_vs_fp16\n");
+  const int64_t Hq = 32, D = 128;
+  for (int64_t Hkv : {8, 32}) {
+    for (int64_t B : {1, 8, 32}) {
+      for (int64_t S : {4096, 16384, 32768, 65536}) {
+        const size_t elems = static_cast<size_t>(S) * B * Hkv * D;
+        const size_t f16_bytes = 2 * elems * 2;  // K and V
+        if (f16_bytes > (size_t(48) << 30)) continue;
+        const int copies = static_cast<int>(std::max<size_t>(1, (3 * size_t(l2) + f16_bytes / 2 - 1) / (f16_bytes / 2)));
+        const int cp = std::min(copies, 8);
+        std::vector<void*> k16(cp), v16(cp), k8(cp), v8(cp), ki(cp), vi(cp), ksc(cp), vsc(cp);
+        for (int i = 0; i < cp; ++i) {
+          CK(cudaMalloc(&k16[i], elems * 2)); CK(cudaMalloc(&v16[i], elems * 2));
+          CK(cudaMalloc(&k8[i], elems)); CK(cudaMalloc(&v8[i], elems));
+          CK(cudaMalloc(&ki[i], elems)); CK(cudaMalloc(&vi[i], elems));
+          CK(cudaMalloc(&ksc[i], elems / D * 4)); CK(cudaMalloc(&vsc[i], elems / D * 4));
+          half_fill_kernel<<<1024, 256>>>(static_cast<__half*>(k16[i]), elems, 1 + i);
+          half_fill_kernel<<<1024, 256>>>(static_cast<__half*>(v16[i]), elems, 2 + i);
+          fill(k8[i], elems, 3 + i, true), fill(v8[i], elems, 4 + i, true);
+          fill(ki[i], elems, 5 + i), fill(vi[i], elems, 6 + i);
+          CK(cudaMemset(ksc[i], 0, elems / D * 4));  // scales 0.0: values all zero, bytes still read
+          CK(cudaMemset(vsc[i], 0, elems / D * 4));
+        }
+        Dev<__half> q(B * Hq * D), out(B * Hq * D);
+        half_fill_kernel<<<64, 256>>>(q.p, q.n, 9);
+        Dev<float> fp8_scale(Hkv), lse(B * Hq);
+        fp8_scale.put(std::vector<float>(Hkv, 0.01f));
+        pvt::DecodeAttentionParams a;
+        a.batch = B, a.q_len = 1, a.q_heads = Hq, a.kv_heads = Hkv, a.head_dim = D, a.kv_len = S;
+        a.dtype = ScalarType::kFloat16;
+        a.scale = 1.f / std::sqrt(128.f);
+        const int64_t qs[4] = {Hq * D, Hq * D, D, 1}, kvs[4] = {B * Hkv * D, Hkv * D, D, 1};
+        std::copy(qs, qs + 4, a.q_stride), std::copy(qs, qs + 4, a.out_stride);
+        std::copy(kvs, kvs + 4, a.k_stride), std::copy(kvs, kvs + 4, a.v_stride);
+        a.q = q.p, a.out = out.p, a.k = k16[0], a.v = v16[0];
+        const size_t ws16 = pvt::decode_attention_cuda_workspace_bytes(a);
+        Dev<uint8_t> w16(ws16);
+        a.workspace = w16.p, a.workspace_bytes = ws16;
+        const int iters = static_cast<int>(std::max<int64_t>(8, std::min<int64_t>(100, int64_t(2e9 / f16_bytes))));
+        const float t16 = graph_us([&](int i, cudaStream_t st) {
+          pvt::DecodeAttentionParams c = a;
+          c.k = k16[i], c.v = v16[i];
+          pvt::Status e = pvt::decode_attention_cuda(c, st);
+          if (!e.ok()) std::printf("FAIL fp16 launch: %s\n", e.to_string().c_str());
+        }, cp, iters, s);
+        float tq[2];
+        for (int kind = 0; kind < 2; ++kind) {
+          pvt::QuantAttentionParams p;
+          p.attn = a;
+          p.attn.workspace = nullptr, p.attn.workspace_bytes = 0;
+          p.kind = kind == 0 ? KvQuant::kFp8E4M3 : KvQuant::kInt8;
+          if (kind == 0) {
+            p.k_scale = p.v_scale = fp8_scale.p;
+            p.k_scale_stride[2] = p.v_scale_stride[2] = 1;
+          } else {
+            const int64_t st[3] = {B * Hkv, Hkv, 1};
+            std::copy(st, st + 3, p.k_scale_stride), std::copy(st, st + 3, p.v_scale_stride);
+            p.k_scale = static_cast<float*>(ksc[0]), p.v_scale = static_cast<float*>(vsc[0]);
+          }
+          p.attn.k = kind == 0 ? k8[0] : ki[0];
+          p.attn.v = kind == 0 ? v8[0] : vi[0];
+          const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
+          Dev<uint8_t> w(wsq);
+          p.attn.workspace = w.p, p.attn.workspace_bytes = wsq;
+          tq[kind] = graph_us([&](int i, cudaStream_t st) {
+            pvt::QuantAttentionParams c = p;
+            c.attn.k = kind == 0 ? k8[i] : ki[i];
+            c.attn.v = kind == 0 ? v8[i] : vi[i];
+            if (kind == 1) c.k_scale = static_cast<float*>(ksc[i]), c.v_scale = static_cast<float*>(vsc[i]);
+            pvt::Status e = pvt::quant_attention_cuda(c, st);
+            if (!e.ok()) std::printf("FAIL quant launch: %s\n", e.to_string().c_str());
+          }, cp, iters, s);
+        }
+        const double b16 = double(f16_bytes), b8 = double(elems) * 2, bi = b8 + double(elems / D) * 8;
+        std::printf("BENCH %s %lld %lld %.1f %.1f %.1f %.0f %.0f %.0f %.2f %.2f\n", Hkv == 8 ? "llama3-8b-gqa" : "llama2-7b-mha",
+                    (long long)B, (long long)S, t16, tq[0], tq[1], b16 / t16 / 1e3, b8 / tq[0] / 1e3, bi / tq[1] / 1e3,
+                    t16 / tq[0], t16 / tq[1]);
+        std::fflush(stdout);
+        for (int i = 0; i < cp; ++i) {
+          for (void* x : {k16[i], v16[i], k8[i], v8[i], ki[i], vi[i], ksc[i], vsc[i]}) cudaFree(x);
+        }
+      }
+    }
+  }
+  cudaStreamDestroy(s);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool no_bench = false;
+  for (int i = 1; i < argc; ++i) no_bench = no_bench || std::string(argv[i]) == "--no-bench";
+  for (KvQuant kind : {KvQuant::kFp8E4M3, KvQuant::kInt8}) {
+    for (ScalarType t : {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16}) test_append(kind, t);
+  }
+  for (KvQuant kind : {KvQuant::kFp8E4M3, KvQuant::kInt8}) {
+    for (ScalarType t : {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16}) {
+      test_attention({kind, t, 2, 8, 2, 128, 300, false});
+    }
+    for (int64_t D : {64, 256}) test_attention({kind, ScalarType::kFloat16, 3, 4, 4, D, 1000, false});
+    test_attention({kind, ScalarType::kFloat32, 1, 8, 1, 128, 5000, false});   // group 8: two passes of 4
+    test_attention({kind, ScalarType::kFloat32, 2, 6, 2, 64, 77, false});      // group 3
+    test_attention({kind, ScalarType::kFloat32, 1, 2, 1, 128, 1, false});      // one key
+    test_attention({kind, ScalarType::kFloat16, 4, 8, 2, 128, 2000, true});    // slots, lengths, a refused entry
+  }
+  if (!no_bench) bench();
+  return r.finish();
+}
