@@ -185,3 +185,16 @@ def test_bench_prefix_cli_tiny(tmp_path):
     assert a["mapped_bytes_peak"]["shared"] < a["mapped_bytes_peak"]["unshared"]
     assert a["shared_over_formula"] <= 1.0  # own rows in whole chunks: at most one partial chunk per slot
     assert (tmp_path / "bench_prefix.png").stat().st_size > 0
+
+
+def test_int8_cache_shares_its_scales_with_the_codes():
+    """An int8 slot cache keeps per-token scales in a second slot cache: the prefix cache must map
+    (and copy-on-write) those rows with the codes, so reused rows dequantize exactly as if computed.
+    With the prefix cache on the ids equal the same int8 run with it off, and rows were reused."""
+    model = tiny_llama()
+    prompts, budgets = shared_prefix_workload(seed=11)
+    on = pvt.generate_inflight(model, prompts, budgets, max_batch=3, chunk_bytes=CHUNK, cache_dtype="int8")
+    off = pvt.generate_inflight(model, prompts, budgets, max_batch=3, chunk_bytes=CHUNK, cache_dtype="int8",
+                                prefix_cache=False)
+    assert on.stats["prefix_hit_tokens"] > 0
+    assert on == off
