@@ -42,8 +42,8 @@ from .errors import (
 )
 from .map_ahead import Ticket, reserve_slots_async
 from .merge import merge_attention_states
-from .quant import cache_scale, calibrate_fp8_scale
 from .pool import collect, fill_pool, pool_limit, set_pool_limit, trim_pool
+from .quant import cache_scale, calibrate_fp8_scale
 from .sharing import reserve_for_write, share_prefix, sharing_info
 from .slots import (
     LayerKV,
@@ -57,6 +57,7 @@ from .slots import (
     slot_info,
     slot_kv_cache,
 )
+from .zero_reads import set_zero_reads, zero_reads
 
 # The PaddleNLP integration, the static-graph pass, the exporter and the generation strategies load
 # on first use, so `import paddle_vtensor` costs only the tensor API (and builds or loads no ops yet).
