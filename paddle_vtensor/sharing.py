@@ -43,6 +43,11 @@ def _caches(cache, where: str) -> list:
     return [cache]
 
 
+def _caches_and_scales(cache, where: str) -> list:
+    """_caches plus an int8 cache's scale slot cache before it: its rows are shared and copied with the codes'."""
+    return [s for c in _caches(cache, where) for s in _with_scales(c)]
+
+
 def _info(storage, where: str) -> dict:
     try:
         ptr = storage.data_ptr()
@@ -78,7 +83,7 @@ def share_prefix(cache, src_slot: int, dst_slot: int, tokens: int) -> None:
     where = "share_prefix"
     src, dst, n = (_int(v, name, where) for v, name in ((src_slot, "src_slot"), (dst_slot, "dst_slot"),
                                                        (tokens, "tokens")))
-    caches = [s for c in _caches(cache, where) for s in _with_scales(c)]  # an int8 cache's scales share too
+    caches = _caches_and_scales(cache, where)
     for c in caches:
         _info(c, where)
     done = []
@@ -100,7 +105,7 @@ def reserve_for_write(cache, slot: int, tokens: int, write_from: int) -> None:
     it never touches shared chunks. ``cache`` as for :func:`share_prefix`."""
     where = "reserve_for_write"
     s, n, w = (_int(v, name, where) for v, name in ((slot, "slot"), (tokens, "tokens"), (write_from, "write_from")))
-    caches = [s for c in _caches(cache, where) for s in _with_scales(c)]
+    caches = _caches_and_scales(cache, where)
     for c in caches:
         _info(c, where)
     for c in caches:
