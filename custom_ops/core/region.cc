@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <set>
 #include <string>
+#include <vector>
 
 #include "chunk_pool.h"
 #include "stats.h"
@@ -239,6 +239,7 @@ Status Region::make_private_impl(size_t c, void* stream) {
     if (!back.ok()) {
       // Cannot restore the mapping: forget it, as a failed unmap would leave it.
       mapped_.erase(it);
+      physical_stale_ = true;
       if (c < prefix_) prefix_ = c;
       shared->mappings.fetch_sub(1);
       stats_detail::add_shared(device(), -static_cast<int64_t>(chunk_bytes_));
@@ -246,6 +247,7 @@ Status Region::make_private_impl(size_t c, void* stream) {
     return st;
   }
   it->second = fresh;
+  physical_stale_ = true;
   fresh->mappings.store(1);
   shared->mappings.fetch_sub(1);  // >= 1 left: the other places still map it
   stats_detail::add_shared(device(), -static_cast<int64_t>(chunk_bytes_));
@@ -254,9 +256,15 @@ Status Region::make_private_impl(size_t c, void* stream) {
 }
 
 size_t Region::physical_bytes() const {
-  std::set<const PhysChunk*> seen;
-  for (const auto& m : mapped_) seen.insert(m.second);
-  return seen.size() * chunk_bytes_;
+  if (!physical_stale_) return physical_;
+  // Distinct chunks by sorting one flat vector (a std::set would allocate a node per chunk).
+  std::vector<const PhysChunk*> seen;
+  seen.reserve(mapped_.size());
+  for (const auto& m : mapped_) seen.push_back(m.second);
+  std::sort(seen.begin(), seen.end());
+  physical_ = static_cast<size_t>(std::unique(seen.begin(), seen.end()) - seen.begin()) * chunk_bytes_;
+  physical_stale_ = false;
+  return physical_;
 }
 
 Status Region::wait_stream(void* stream) {
@@ -333,6 +341,7 @@ Status Region::attach(size_t c, PhysChunk* chunk) {
   PVT_RETURN_IF_ERROR(backend_->map_chunk(addr, chunk_bytes_, chunk->handle));
   try {
     mapped_.emplace(c, chunk);
+    physical_stale_ = true;
   } catch (const std::bad_alloc&) {
     (void)backend_->unmap_chunk(addr, chunk_bytes_);
     return Status(Code::kOutOfMemory, "mapping a chunk: host memory ran out");
@@ -348,6 +357,7 @@ Status Region::detach(std::map<size_t, PhysChunk*>::iterator it) {
   PhysChunk* chunk = it->second;
   PVT_RETURN_IF_ERROR(backend_->unmap_chunk(base_ + c * chunk_bytes_, chunk_bytes_));
   mapped_.erase(it);
+  physical_stale_ = true;
   if (c < prefix_) prefix_ = c;
   return drop_mapping(chunk);
 }
@@ -388,6 +398,7 @@ Status Region::unmap_range_impl(size_t offset, size_t bytes) {
   for (const auto& use : uses_) p.events.push_back(use.second);
   for (auto m = it; m != mapped_.end() && m->first < last; ++m) p.chunks.emplace_back(m->first, m->second);
   pending_.reserve(pending_.size() + 1);
+  physical_stale_ = true;
   for (const auto& c : p.chunks) {
     mapped_.erase(c.first);
     if (c.first < prefix_) prefix_ = c.first;

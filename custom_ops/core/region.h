@@ -101,7 +101,8 @@ class Region {
   // nothing: on failure the chunk stays mapped to the shared memory.
   Status make_private(size_t chunk, void* stream);
   // Physical bytes behind this region's mappings: each physical chunk once, however many of its
-  // chunks map it (mapped_bytes() minus the aliases within the region).
+  // chunks map it (mapped_bytes() minus the aliases within the region). Counted again only after
+  // the mappings changed (O(mapped) then, O(1) otherwise): callers ask around every fork.
   size_t physical_bytes() const;
   // The physical chunk mapped at `chunk`, or nullptr: lets callers (and tests) see who shares what.
   const PhysChunk* phys_chunk(size_t chunk) const;
@@ -163,6 +164,9 @@ class Region {
   size_t chunk_bytes_;
   size_t num_chunks_;
   std::map<size_t, PhysChunk*> mapped_;  // mapped chunk index -> its physical chunk
+  // physical_bytes() of mapped_ as it was when last counted; stale once a mapping changed.
+  mutable size_t physical_ = 0;
+  mutable bool physical_stale_ = false;
   // Chunks [0, prefix_) are all mapped: a growing tail costs O(new chunks) (times log of the
   // mapped count) per call instead of a scan from chunk 0.
   size_t prefix_ = 0;

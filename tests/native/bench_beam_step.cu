@@ -7,8 +7,9 @@
 //
 // Each fork follows SlotForker.fork's policy (paddle_vtensor/generation/slot_fork.py) for a given
 // copy_max_chunks: a divergent tail of at most that many chunks' bytes is copied (make_private of any
-// shared chunk among those rows first, then one cudaMemcpyAsync), a longer one remaps (release dst,
-// share_prefix: whole chunks mapped, the partial chunk copied). Against it, in the same process,
+// shared chunk among those rows first, then one copy), a longer one remaps (release dst,
+// share_prefix: whole chunks mapped, the partial chunk copied). Tails are copied by a kernel, as the
+// framework's strided copy does (see copy_bytes). Against it, in the same process,
 // PaddleNLP's reorder: every beam's whole dense cache index_selected every step (one
 // cudaMemcpyAsync per beam here, the fewest calls that move those bytes).
 //
@@ -16,10 +17,12 @@
 // hands out), so after the replay every slot's and every dense beam's rows are checked against the
 // ids the trace says it holds: a fork that copied or mapped the wrong rows fails.
 //
-// Per policy: bytes copied per step, host µs of the reorder (driver calls and queuing) and µs until
-// its copies have finished, over the steps with a fork; PaddleNLP's bytes and device µs per step.
-// Usage: bench_beam_step TRACE [--rows R] [--small] (--small: 2 KiB rows, 64 KiB chunks, for
-// compute-sanitizer). PASS/FAIL lines, "info ..." lines, "N passed, M failed".
+// Per policy: bytes copied per step, host µs of the reorder (the calls a fork makes: make_private,
+// reserve, the copy's launch, record_use, release, share_prefix, and shared_bytes before and after
+// each copy as SlotForker does to count copy-on-write; not this program's bookkeeping) and
+// µs from the first fork until its copies have finished, over the steps with a fork; PaddleNLP's bytes and device µs per step.
+// Usage: bench_beam_step TRACE [--rows R] [--small] [--memcpy] (--small: 2 KiB rows, 64 KiB chunks,
+// for compute-sanitizer; --memcpy: tails copied by cudaMemcpyAsync instead of a copy kernel). PASS/FAIL lines, "info ..." lines, "N passed, M failed".
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -143,9 +146,28 @@ bool rows_hold(const char* base, int64_t row_bytes, const std::vector<uint32_t>&
   return true;
 }
 
+// The copy of a divergent tail by a kernel (16-byte words, grid-stride), as a framework's strided
+// copy op does, or by cudaMemcpyAsync (--memcpy): the runtime's copy of VMM-mapped memory costs
+// host time that grows with the mappings (measured here, issue 31 point 6).
+__global__ void copy_words(uint4* dst, const uint4* src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+
+bool g_memcpy = false;
+
+bool copy_bytes(char* dst, const char* src, int64_t n, cudaStream_t st) {
+  if (g_memcpy) return cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, st) == cudaSuccess;
+  const int64_t words = n / 16;  // rows are whole multiples of 16 bytes
+  const int blocks = static_cast<int>(std::min<int64_t>(1024, (words + 255) / 256));
+  copy_words<<<std::max(blocks, 1), 256, 0, st>>>(reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), words);
+  return cudaGetLastError() == cudaSuccess;
+}
+
 struct StepTimes {
   std::vector<double> host_us, done_us, bytes;  // per step with a fork (bytes: per every step)
   int64_t copies = 0, remaps = 0, cow_bytes = 0, mapped_chunks = 0;
+  double us_private = 0, us_copy = 0, us_record = 0, us_remap = 0, us_account = 0;  // host time by call, whole replay
   size_t peak_mapped = 0, peak_shared = 0;
 };
 
@@ -191,30 +213,41 @@ bool replay_slots(Report& r, const Trace& t, const Geometry& g, int64_t copy_max
       t0 = now_us();
       host = 0;
     }
-    const double f0 = now_us();
+    const double us_before = out->us_private + out->us_copy + out->us_record + out->us_remap + out->us_account;
     for (int64_t b = 0; b < g.rows; ++b) {
       const int64_t src = b * t.slots + op.src, dst = b * t.slots + op.dst;
       const int64_t have = static_cast<int64_t>(h.ids[dst].size()), tail = (op.tokens - op.common) * g.row_bytes;
       if (tail <= copy_max_chunks * g.chunk_bytes) {
-        const size_t shared_before = c->shared_bytes();
+        const double a0 = now_us();
+        const size_t shared_before = c->shared_bytes();  // as SlotForker counts copy-on-write bytes
+        const double p0 = now_us();
+        out->us_account += p0 - a0;
         ok &= c->make_private(dst, op.common, op.tokens, st).ok() && c->reserve(dst, op.tokens, st).ok();
-        ok &= cudaMemcpyAsync(slot_base(dst) + op.common * g.row_bytes, slot_base(src) + op.common * g.row_bytes, tail,
-                              cudaMemcpyDeviceToDevice, st) == cudaSuccess;
+        const double p1 = now_us();
+        ok &= copy_bytes(slot_base(dst) + op.common * g.row_bytes, slot_base(src) + op.common * g.row_bytes, tail, st);
+        out->us_private += p1 - p0;
+        out->us_copy += now_us() - p1;
+        const double a1 = now_us();
         const int64_t cow = static_cast<int64_t>(shared_before - c->shared_bytes());
+        out->us_account += now_us() - a1;
         out->copies++;
         out->cow_bytes += cow;
         step_bytes += tail + cow;
       } else {
+        const double m0 = now_us();
         if (have) ok &= c->release(dst, st).ok();
         ok &= c->share_prefix(src, dst, op.tokens, st).ok();
+        out->us_remap += now_us() - m0;
         out->remaps++;
         out->mapped_chunks += op.tokens * g.row_bytes / g.chunk_bytes;
         step_bytes += op.tokens * g.row_bytes % g.chunk_bytes;
       }
+      const double r0 = now_us();
       ok &= c->record_use(st).ok();
+      out->us_record += now_us() - r0;
       h.ids[dst].assign(h.ids[src].begin(), h.ids[src].begin() + op.tokens);
     }
-    host += now_us() - f0;
+    host += out->us_private + out->us_copy + out->us_record + out->us_remap + out->us_account - us_before;
   }
   ok &= cudaStreamSynchronize(st) == cudaSuccess;
   r.check(ok, name + ".replay");
@@ -309,13 +342,15 @@ void run(Report& r, const Trace& t, const Geometry& g, cudaStream_t st) {
     std::printf("info rows=%lld slots copy_max_chunks=%lld: %lld copies, %lld remaps (%lld chunks mapped), cow %lld B; "
                 "bytes/step over %zu steps mean %.1f KiB max %.1f KiB; over the %zu steps with a fork: host us mean %.1f "
                 "p50 %.1f p99 %.1f max %.1f, until copies done us mean %.1f p50 %.1f max %.1f; total us %.0f; "
-                "peak mapped %.1f MiB shared %.1f MiB\n",
+                "peak mapped %.1f MiB shared %.1f MiB; host us by call: make_private+reserve %.0f, copy %.0f, "
+                "record_use %.0f, release+share_prefix %.0f, shared_bytes twice per copy %.0f\n",
                 static_cast<long long>(g.rows), static_cast<long long>(cmc), static_cast<long long>(s.copies),
                 static_cast<long long>(s.remaps), static_cast<long long>(s.mapped_chunks),
                 static_cast<long long>(s.cow_bytes), s.bytes.size(), total / std::max<size_t>(1, s.bytes.size()) / 1024,
                 pct(s.bytes, 1.0) / 1024, s.host_us.size(), mean(s.host_us), pct(s.host_us, 0.5), pct(s.host_us, 0.99),
                 pct(s.host_us, 1.0), mean(s.done_us), pct(s.done_us, 0.5), pct(s.done_us, 1.0),
-                mean(s.done_us) * s.done_us.size(), s.peak_mapped / mib, s.peak_shared / mib);
+                mean(s.done_us) * s.done_us.size(), s.peak_mapped / mib, s.peak_shared / mib, s.us_private, s.us_copy,
+                s.us_record, s.us_remap, s.us_account);
   }
 }
 
@@ -324,13 +359,14 @@ void run(Report& r, const Trace& t, const Geometry& g, cudaStream_t st) {
 int main(int argc, char** argv) {
   Report r;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_beam_step TRACE [--rows R] [--small]\n");
+    std::fprintf(stderr, "usage: bench_beam_step TRACE [--rows R] [--small] [--memcpy]\n");
     return 2;
   }
   bool small = false;
   int64_t rows = 1;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--small") == 0) small = true;
+    else if (std::strcmp(argv[i], "--memcpy") == 0) g_memcpy = true;
     else if (std::strcmp(argv[i], "--rows") == 0 && i + 1 < argc) rows = std::atoll(argv[++i]);
   }
   Trace t;
