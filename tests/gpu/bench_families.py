@@ -33,8 +33,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import build  # noqa: E402
-from bench_attention import (Rotation, best_replay, capture_rotating, copy_rate, per_slot, rotating_sdpa,  # noqa: E402
-                             seq_major)
+from bench_attention import (Rotation, best_replay, capture_rotating, copy_rate, knob_call, knob_set,  # noqa: E402
+                             per_slot, rotating_sdpa, seq_major)
 
 FAMILIES = (("llama2_7b", 32, 32, 128), ("llama3_8b", 32, 8, 128), ("llama3_70b", 64, 8, 128),
             ("qwen2_7b", 28, 4, 128), ("gemma", 8, 1, 256), ("falcon_7b", 71, 1, 64), ("starcoder", 48, 1, 128),
@@ -65,16 +65,6 @@ def shapes():
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
-
-def with_options(ext, opts, fn):
-    """fn() planned with DecodeOptions opts (a captured graph keeps the plan made at its capture)."""
-    def call():
-        ext.set_decode_options(**opts)
-        try:
-            return fn()
-        finally:
-            ext.set_decode_options()
-    return call
 
 
 def reference(q, k, v, tq):
@@ -109,13 +99,12 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps):
     plans, ws_bytes = {}, 1
     args = {"seq": (qo, ks[0], vs[0], out["ours_seq"], S), "slot": (qo, kl[0], vl[0], out["ours_slot"], smax, lens)}
     for name, opts in (("", {}),) + VARIANTS:
-        ext.set_decode_options(**opts)
-        for lay in ("slot",) if name else ("seq", "slot"):
-            pl = ext.plan(*args[lay])
-            plans[lay + name] = (f"{pl['kernel']} t{pl['mma_tiles']} w{pl['mma_warps']} s{pl['splits']}"
-                                 + (" cl" if pl["cluster"] else ""))
-            ws_bytes = max(ws_bytes, ext.workspace_bytes(*args[lay]))
-        ext.set_decode_options()
+        with knob_set(ext, **opts):
+            for lay in ("slot",) if name else ("seq", "slot"):
+                pl = ext.plan(*args[lay])
+                plans[lay + name] = (f"{pl['kernel']} t{pl['mma_tiles']} w{pl['mma_warps']} s{pl['splits']}"
+                                     + (" cl" if pl["cluster"] else ""))
+                ws_bytes = max(ws_bytes, ext.workspace_bytes(*args[lay]))
     for key, text in plans.items():
         r["plan_" + key] = text
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device="cuda")
@@ -126,7 +115,7 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps):
     for name, opts in VARIANTS:
         if plans["slot" + name] != plans["slot"]:
             o = out["ours_slot" + name] = torch.empty_like(out["ours_slot"])
-            fns["ours_slot" + name] = with_options(
+            fns["ours_slot" + name] = knob_call(
                 ext, opts, lambda o=o: ext.attention(qo, kl[rot.next()], vl[rot.turn], o, smax, ws, lens))
     # The math reference repeats K/V per query head in fp32: only where that stays small.
     ref = reference(q, k[0], v[0], tq).transpose(1, 2) if kv_bytes * (hq // hkv) <= 2**30 else None
