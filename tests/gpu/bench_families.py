@@ -21,7 +21,7 @@ copy (read + write) in the same process. Outputs are checked against an fp32 ref
 bottom-right causal for speculative rows) on the first copy, where K/V repeated per query head stay
 under 1 GiB.
 Usage: python3 tests/gpu/bench_families.py OUT.json [--quick] [--reps N] [--max-gib G] [--dtypes fp16,bf16]
-       [--only NAME,...] [--budget-s SECONDS]
+       [--only NAME,...] [--budget-s SECONDS] [--variants]
 """
 import json
 import sys
@@ -60,8 +60,8 @@ def shapes():
                         yield sname, shq, shkv, sd, B, S, tq
 
 
-# Per-slot variants timed next to the default plan where their plan differs (what a change of the planner
-# is argued from): the merge kernel instead of a cluster, the row-per-warp kernel instead of tensor cores.
+# Per-slot variants timed next to the default plan where their plan differs, with --variants (what a
+# change of the planner is argued from): the merge kernel instead of a cluster, the row-per-warp kernel instead of tensor cores.
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
@@ -78,7 +78,7 @@ def reference(q, k, v, tq):
                                               enable_gqa=k.shape[1] != q.shape[1])
 
 
-def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps):
+def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants=()):
     kv_bytes = 2 * B * S * hkv * D * 2
     n = min(512, -(-3 * l2 // kv_bytes)) if kv_bytes < 3 * l2 else 1  # 512 copies: 128 KiB rows, 64 MiB
     est_us = kv_bytes / 3.5e6 + 8
@@ -98,7 +98,7 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps):
     # variants (VARIANTS) are timed too where their plan differs from the default one.
     plans, ws_bytes = {}, 1
     args = {"seq": (qo, ks[0], vs[0], out["ours_seq"], S), "slot": (qo, kl[0], vl[0], out["ours_slot"], smax, lens)}
-    for name, opts in (("", {}),) + VARIANTS:
+    for name, opts in (("", {}),) + variants:
         with knob_set(ext, **opts):
             for lay in ("slot",) if name else ("seq", "slot"):
                 pl = ext.plan(*args[lay])
@@ -112,7 +112,7 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps):
     fns = {"sdpa_" + name: rotating_sdpa(rot, q, k, v, be, hkv != hq) for name, be in BACKENDS}
     fns["ours_seq"] = lambda: ext.attention(qo, ks[rot.next()], vs[rot.turn], out["ours_seq"], S, ws)
     fns["ours_slot"] = lambda: ext.attention(qo, kl[rot.next()], vl[rot.turn], out["ours_slot"], smax, ws, lens)
-    for name, opts in VARIANTS:
+    for name, opts in variants:
         if plans["slot" + name] != plans["slot"]:
             o = out["ours_slot" + name] = torch.empty_like(out["ours_slot"])
             fns["ours_slot" + name] = knob_call(
@@ -167,7 +167,8 @@ def main():
             if kv_bytes > max_gib * 2**30 or time.time() - t0 > budget_s:
                 skipped.append([fam, str(dt), B, S, tq])
                 continue
-            r = row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps)
+            variants = VARIANTS if "--variants" in sys.argv else ()
+            r = row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants)
             rows.append(r)
             print(json.dumps(r), flush=True)
     head["rows"], head["skipped"] = rows, skipped

@@ -17,4 +17,5 @@ cp build/cuda-native/test_decode_plan build/cuda-native/test_decode_attention "$
 cp build/cuda-broken/test_decode_attention "$out/test_decode_attention_broken"
 strip "$out"/test_decode_*
 bash tests/gpu/sources_digest.sh > "$out/sources.sha256"
+bash tests/gpu/sources_digest.sh --files > "$out/sources.files"
 echo "prebuilt in $out from sources $(cat "$out/sources.sha256")"
