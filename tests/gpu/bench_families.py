@@ -61,7 +61,8 @@ def shapes():
 
 
 # Per-slot variants timed next to the default plan where their plan differs, with --variants (what a
-# change of the planner is argued from): the merge kernel instead of a cluster, the row-per-warp kernel instead of tensor cores.
+# change of the planner is argued from): the merge kernel instead of a cluster, the row-per-warp kernel
+# instead of tensor cores.
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
