@@ -21,7 +21,7 @@ copy (read + write) in the same process. Outputs are checked against an fp32 ref
 bottom-right causal for speculative rows) on the first copy, where K/V repeated per query head stay
 under 1 GiB.
 Usage: python3 tests/gpu/bench_families.py OUT.json [--quick] [--reps N] [--max-gib G] [--dtypes fp16,bf16]
-       [--only NAME,...] [--budget-s SECONDS]
+       [--only NAME,...] [--budget-s SECONDS] [--variants]
 """
 import json
 import sys
@@ -33,8 +33,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import build  # noqa: E402
-from bench_attention import (Rotation, best_replay, capture_rotating, copy_rate, per_slot, rotating_sdpa,  # noqa: E402
-                             seq_major)
+from bench_attention import (Rotation, best_replay, capture_rotating, copy_rate, knob_call, knob_set,  # noqa: E402
+                             per_slot, rotating_sdpa, seq_major)
 
 FAMILIES = (("llama2_7b", 32, 32, 128), ("llama3_8b", 32, 8, 128), ("llama3_70b", 64, 8, 128),
             ("qwen2_7b", 28, 4, 128), ("gemma", 8, 1, 256), ("falcon_7b", 71, 1, 64), ("starcoder", 48, 1, 128),
@@ -60,6 +60,14 @@ def shapes():
                         yield sname, shq, shkv, sd, B, S, tq
 
 
+# Per-slot variants timed next to the default plan where their plan differs, with --variants (what a
+# change of the planner is argued from): the merge kernel instead of a cluster, the row-per-warp kernel
+# instead of tensor cores.
+VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}))
+LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
+
+
+
 def reference(q, k, v, tq):
     """fp32 math SDPA, bottom-right causal over the last tq keys; q [B, Hq, Tq, D], k/v [B, Hkv, S, D]."""
     S = k.shape[2]
@@ -71,7 +79,7 @@ def reference(q, k, v, tq):
                                               enable_gqa=k.shape[1] != q.shape[1])
 
 
-def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps):
+def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants=()):
     kv_bytes = 2 * B * S * hkv * D * 2
     n = min(512, -(-3 * l2 // kv_bytes)) if kv_bytes < 3 * l2 else 1  # 512 copies: 128 KiB rows, 64 MiB
     est_us = kv_bytes / 3.5e6 + 8
@@ -87,17 +95,29 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps):
     kl, vl = [per_slot(x, smax) for x in k], [per_slot(x, smax) for x in v]
     lens = torch.full((B,), S - tq, dtype=torch.int32, device="cuda")
     out = {x: torch.empty(B, tq, hq, D, device="cuda", dtype=dt) for x in ("ours_seq", "ours_slot")}
-    # The plans the calls below launch: a time is only the new kernel's where its plan says so.
-    for lay, pl in (("seq", ext.plan(qo, ks[0], vs[0], out["ours_seq"], S)),
-                    ("slot", ext.plan(qo, kl[0], vl[0], out["ours_slot"], smax, lens))):
-        r["plan_" + lay] = f"{pl['kernel']} t{pl['mma_tiles']} w{pl['mma_warps']} s{pl['splits']}" + (" cl" if pl["cluster"] else "")
-    ws = torch.empty(max(1, ext.workspace_bytes(qo, ks[0], vs[0], out["ours_seq"], S),
-                         ext.workspace_bytes(qo, kl[0], vl[0], out["ours_slot"], smax, lens)),
-                     dtype=torch.uint8, device="cuda")
+    # The plans the calls below launch: a time is only the new kernel's where its plan says so. Per-slot
+    # variants (VARIANTS) are timed too where their plan differs from the default one.
+    plans, ws_bytes = {}, 1
+    args = {"seq": (qo, ks[0], vs[0], out["ours_seq"], S), "slot": (qo, kl[0], vl[0], out["ours_slot"], smax, lens)}
+    for name, opts in (("", {}),) + variants:
+        with knob_set(ext, **opts):
+            for lay in ("slot",) if name else ("seq", "slot"):
+                pl = ext.plan(*args[lay])
+                plans[lay + name] = (f"{pl['kernel']} t{pl['mma_tiles']} w{pl['mma_warps']} s{pl['splits']}"
+                                     + (" cl" if pl["cluster"] else ""))
+                ws_bytes = max(ws_bytes, ext.workspace_bytes(*args[lay]))
+    for key, text in plans.items():
+        r["plan_" + key] = text
+    ws = torch.empty(ws_bytes, dtype=torch.uint8, device="cuda")
     rot = Rotation(n)
     fns = {"sdpa_" + name: rotating_sdpa(rot, q, k, v, be, hkv != hq) for name, be in BACKENDS}
     fns["ours_seq"] = lambda: ext.attention(qo, ks[rot.next()], vs[rot.turn], out["ours_seq"], S, ws)
     fns["ours_slot"] = lambda: ext.attention(qo, kl[rot.next()], vl[rot.turn], out["ours_slot"], smax, ws, lens)
+    for name, opts in variants:
+        if plans["slot" + name] != plans["slot"]:
+            o = out["ours_slot" + name] = torch.empty_like(out["ours_slot"])
+            fns["ours_slot" + name] = knob_call(
+                ext, opts, lambda o=o: ext.attention(qo, kl[rot.next()], vl[rot.turn], o, smax, ws, lens))
     # The math reference repeats K/V per query head in fp32: only where that stays small.
     ref = reference(q, k[0], v[0], tq).transpose(1, 2) if kv_bytes * (hq // hkv) <= 2**30 else None
     graphs = capture_rotating(fns, rot, iters, out, ref, r, lambda name: name.startswith("ours") or tq == 1)
@@ -105,7 +125,7 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps):
     for name in graphs:
         r[name + "_us"] = round(best[name], 2)
     sdpa = [(best[x], x) for x in graphs if x.startswith("sdpa_")]
-    for lay in ("seq", "slot"):
+    for lay in LAYS:
         if "ours_" + lay in best:
             r[lay + "_gbs"] = round(kv_bytes / best["ours_" + lay] / 1e3)
             r[lay + "_pct_copy"] = round(100 * r[lay + "_gbs"] / copy_gbs, 1)
@@ -113,7 +133,7 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps):
         sd_best = min(sdpa)
         r["sdpa_best"], r["sdpa_best_us"] = sd_best[1], round(sd_best[0], 2)
         r["sdpa_gbs"] = round(kv_bytes / sd_best[0] / 1e3)
-        for lay in ("seq", "slot"):
+        for lay in LAYS:
             if "ours_" + lay in best:
                 r[lay + "_vs_best"] = round(best["ours_" + lay] / sd_best[0], 3)
     del graphs, q, k, v, ks, vs, kl, vl, fns, ws
@@ -148,7 +168,8 @@ def main():
             if kv_bytes > max_gib * 2**30 or time.time() - t0 > budget_s:
                 skipped.append([fam, str(dt), B, S, tq])
                 continue
-            r = row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps)
+            variants = VARIANTS if "--variants" in sys.argv else ()
+            r = row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants)
             rows.append(r)
             print(json.dumps(r), flush=True)
     head["rows"], head["skipped"] = rows, skipped

@@ -1,7 +1,8 @@
 """A Llama-shaped decode loop on one GPU, three ways in one process (issue 9, points 2 and 3).
 
 Llama-2-7B dimensions (32 layers, hidden 4096, MLP 11008, 32 heads of 128) or the Llama-3-8B-like GQA
-variant (8 kv heads), fp16, random weights, real GEMMs (fused qkv, o, gate+up, down; SiLU-gated MLP).
+variant (8 kv heads; --kv-heads 1: MQA; --head-dim 256: 16 heads of 256, Gemma's head size), fp16,
+random weights, real GEMMs (fused qkv, o, gate+up, down; SiLU-gated MLP).
 Per decode step, one new token per sequence:
   (a) cat     K/V [B, Hkv, S, D] grown by torch.cat each step + the best SDPA backend
   (b) static  preallocated [B, Hkv, S_max, D] written by index + the best SDPA over the filled prefix
@@ -17,7 +18,8 @@ Each: `steps` decode steps from `ctx` tokens, median ms/step of the timed steps 
 steps), the best of 3 rounds (1 with --quick, N with --rounds N) that run every mode in turn (each round's
 median step and median host launch time are kept too); peak memory = PyTorch's peak allocated above the
 weights + our mapped bytes (the highest of the rounds). --only B,ctx runs that one row.
-Usage: python3 tests/gpu/llama_loop.py OUT.json [--kv-heads 32|8] [--quick] [--rounds N] [--only B,ctx]
+Usage: python3 tests/gpu/llama_loop.py OUT.json [--kv-heads 32|8|1] [--head-dim 128|256] [--quick] [--rounds N]
+       [--only B,ctx]
 """
 import json
 import sys
@@ -205,8 +207,14 @@ def run(ext, W, kvh, B, ctx, mode, steps):
 
 
 def main():
+    global H, D
     out_path = sys.argv[1]
     kvh = int(sys.argv[sys.argv.index("--kv-heads") + 1]) if "--kv-heads" in sys.argv else 32
+    if "--head-dim" in sys.argv:  # the same hidden size in HID / D heads: 256 is Gemma's head (16 heads)
+        D = int(sys.argv[sys.argv.index("--head-dim") + 1])
+        if HID % D or (HID // D) % kvh:
+            raise SystemExit(f"llama_loop: --head-dim {D} must divide {HID} into a multiple of {kvh} kv heads")
+        H = HID // D
     quick = "--quick" in sys.argv
     ext = build.load()
     torch.manual_seed(0)
@@ -224,7 +232,7 @@ def main():
                     continue  # the cat path holds two copies while it grows: stay inside the GPU
                 if only is not None and (B, ctx) != only:
                     continue
-                r = {"kv_heads": kvh, "B": B, "ctx": ctx, "steps": steps, "rounds": rounds,
+                r = {"q_heads": H, "kv_heads": kvh, "head_dim": D, "B": B, "ctx": ctx, "steps": steps, "rounds": rounds,
                      "static_len": static_len(B, kvh, ctx, steps)}
                 ys, best, per_round = {}, {}, {}
                 # Rounds of all modes in turn, each mode's best median kept: the eager steps are bound by
@@ -275,7 +283,8 @@ def main():
                 rows.append(r)
                 print(json.dumps(r), flush=True)
     with open(out_path, "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "kv_heads": kvh,
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "q_heads": H, "kv_heads": kvh,
+                   "head_dim": D,
                    "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "rows": rows}, f, indent=1)
 
 

@@ -5,12 +5,25 @@
 # extension builds: test_decode_plan, the broken copy and memcheck on the family cases (--families-only),
 # then test_decode_attention --no-bench (cut at FULL_TEST_S seconds, default 600: its passes run in order,
 # the plan's own first). Then the family table (tests/gpu/bench_families.py). Logs and JSON in $OUT.
+# PREBUILT comes from tests/gpu/prebuild_families.sh; its source digest is compared with this tree's
+# (a mismatch is printed with the files that differ: the tests would check other kernels than the
+# extension measures).
 # Usage (repository root): [FULL_TEST_S=N] bash tests/gpu/run_families.sh PREBUILT [bench_families.py args...]
 set -uo pipefail
 O=${OUT:-/tmp/out}
 P=$1; shift
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1; } > "$O/machine.txt"
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1;
+  echo "host compiler of the extension: $(/opt/gcc/bin/gcc --version 2>/dev/null | head -1 || echo '?')"
+  echo "sources: tree $(bash tests/gpu/sources_digest.sh), prebuilt $(cat "$P/sources.sha256")"; } > "$O/machine.txt"
+cat "$O/machine.txt"
+# A mismatch is reported with the files that differ (on the first H200 run the digest differed for a
+# tree copied from the one the binaries were built from: the per-file list says which file and why).
+if [ "$(bash tests/gpu/sources_digest.sh)" != "$(cat "$P/sources.sha256")" ]; then
+  echo "WARNING: prebuilt binaries' source digest differs from this tree's; files that differ:"
+  bash tests/gpu/sources_digest.sh --files > "$O/sources.files"
+  diff "$P/sources.files" "$O/sources.files" | head -20
+fi
 (MAX_JOBS=16 python3 tests/gpu/build.py > "$O/ext_build.log" 2>&1; echo "ext build rc=$? at ${SECONDS}s" >> "$O/ext_build.log") &
 ext=$!
 summary() {  # the log's failures (first 30), its last line
@@ -37,8 +50,9 @@ echo "bench rc=$? at ${SECONDS}s"
 python3 - "$O/families.json" <<'PY'
 import collections, json, sys
 d = json.load(open(sys.argv[1]))
-print("mma_probe (head_dim, warps, tiles: sm80, resident, error):",
-      [(x["head_dim"], x["warps"], x["tiles"], x["sm80"], x["resident"], x["query_error"]) for x in d.get("mma_probe", [])])
+print("mma_probe (head_dim, warps, tiles: sm80, resident, error, clusters of 2..8 resident):",
+      [(x["head_dim"], x["warps"], x["tiles"], x["sm80"], x["resident"], x["query_error"], x.get("max_clusters"))
+       for x in d.get("mma_probe", [])])
 print("plans:", collections.Counter(r.get("plan_slot", "?").split(" ")[0] + " " + r["family"] for r in d["rows"]))
 PY
 cat "$O/native.log"

@@ -1,0 +1,108 @@
+"""Mixed per-slot lengths on the H200 (issue 32, point 3): per-slot caches whose slots hold skewed lengths
+(most short, a few long), the serving case. Ours reads each slot's own keys (cache_seqlens on the
+device); what it should approach is the copy rate over the bytes it actually reads.
+
+Rows: GQA 28/4 (Qwen2-7B) and 32/8 (Llama-3-8B), head_dim 128, fp16; B in {16, 32, 64}; each batch's
+lengths seeded: a quarter of the slots long (8k-16k keys), the rest short (256-2k). The per-slot cache
+holds 16k + 64 keys a slot (its capacity: the plan's bound). Cold L2 as in bench_families.py (copies read
+in turn where the read bytes are under 3 x L2), CUDA-graph replay, best of --reps.
+  ours_slot    decode_attention_cuda over the per-slot cache with cache_seqlens
+  sdpa_<be>    SDPA (cudnn, flash) over K/V padded to the batch's longest slot, no mask: a timing
+               yardstick only (it reads and computes the padding, as a padded batch does)
+read GB/s: bytes of K+V in the slots' own lengths / time; % of copy: against a 1 GiB device-to-device copy
+(read + write) in the same process. The goal of point 3: >= 80% of copy.
+Usage: python3 tests/gpu/bench_mixed.py OUT.json [--reps N]
+"""
+import json
+import random
+import sys
+import time
+
+import torch
+from torch.nn.attention import SDPBackend
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import build  # noqa: E402
+from bench_attention import Rotation, best_replay, capture_rotating, copy_rate, rotating_sdpa  # noqa: E402
+
+SHAPES = (("qwen2_7b", 28, 4, 128), ("llama3_8b", 32, 8, 128))
+BACKENDS = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION))
+SMAX = 16384 + 64
+
+
+def lengths(B, seed):
+    """A quarter of the slots long (8k-16k keys), the rest short (256-2k), in a seeded order."""
+    rng = random.Random(seed)
+    n_long = max(1, B // 4)
+    lens = [rng.randint(8192, 16384) for _ in range(n_long)] + [rng.randint(256, 2048) for _ in range(B - n_long)]
+    rng.shuffle(lens)
+    return lens
+
+
+def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps):
+    dt = torch.float16
+    lens = lengths(B, seed=B * 100 + hkv)
+    read_bytes = 2 * sum(lens) * hkv * D * 2
+    n = min(8, -(-3 * l2 // read_bytes)) if read_bytes < 3 * l2 else 1
+    est_us = read_bytes / 3.5e6 + 8
+    iters = n * max(1, -(-int(max(3, min(100, 2000 / est_us))) // n))
+    r = {"family": fam, "q_heads": hq, "kv_heads": hkv, "head_dim": D, "B": B, "lens_mean": round(sum(lens) / B),
+         "lens_max": max(lens), "read_mib": round(read_bytes / 2**20, 1), "copies": n, "iters": iters}
+    q = torch.randn(B, hq, 1, D, device="cuda", dtype=dt)
+    qo = q.transpose(1, 2)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    kl, vl = [], []
+    for _ in range(n):  # [B, SMAX, Hkv, D] slots seen as the logical [SMAX, B, Hkv, D]
+        kl.append(torch.randn(B, SMAX, hkv, D, device="cuda", dtype=dt).transpose(0, 1))
+        vl.append(torch.randn(B, SMAX, hkv, D, device="cuda", dtype=dt).transpose(0, 1))
+    out = {"ours_slot": torch.empty(B, 1, hq, D, device="cuda", dtype=dt)}
+    pl = ext.plan(qo, kl[0], vl[0], out["ours_slot"], SMAX, seqlens)
+    r["plan_slot"] = (f"{pl['kernel']} t{pl['mma_tiles']} w{pl['mma_warps']} s{pl['splits']}"
+                      + (" cl" if pl["cluster"] else ""))
+    ws = torch.empty(max(1, ext.workspace_bytes(qo, kl[0], vl[0], out["ours_slot"], SMAX, seqlens)),
+                     dtype=torch.uint8, device="cuda")
+    rot = Rotation(n)
+    fns = {"ours_slot": lambda: ext.attention(qo, kl[rot.next()], vl[rot.turn], out["ours_slot"], SMAX, ws, seqlens)}
+    # Padded SDPA: [B, Hkv, max_len, D] views of the same slots (the padding holds other keys: timing only).
+    kp = [x[:max(lens)].permute(1, 2, 0, 3) for x in kl]
+    vp = [x[:max(lens)].permute(1, 2, 0, 3) for x in vl]
+    for name, be in BACKENDS:
+        fns["sdpa_" + name] = rotating_sdpa(rot, q, kp, vp, be, hq != hkv)
+    graphs = capture_rotating(fns, rot, iters, out, None, r)
+    best = best_replay(graphs, reps, iters)
+    for name in graphs:
+        r[name + "_us"] = round(best[name], 2)
+    if "ours_slot" in best:
+        r["read_gbs"] = round(read_bytes / best["ours_slot"] / 1e3)
+        r["pct_copy"] = round(100 * r["read_gbs"] / copy_gbs, 1)
+    sdpa = [(best[x], x) for x in graphs if x.startswith("sdpa_")]
+    if sdpa and "ours_slot" in best:
+        r["sdpa_padded_best"], r["sdpa_padded_us"] = min(sdpa)[1], round(min(sdpa)[0], 2)
+        r["ours_vs_padded"] = round(best["ours_slot"] / min(sdpa)[0], 3)
+    del graphs, fns, kl, vl, kp, vp, ws
+    torch.cuda.empty_cache()
+    return r
+
+
+def main():
+    out_path = sys.argv[1]
+    reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
+    ext = build.load()
+    torch.manual_seed(0)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    copy_gbs = copy_rate()
+    head = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "d2d_copy_gbs": round(copy_gbs),
+            "reps": reps, "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    rows = []
+    for fam, hq, hkv, D in SHAPES:
+        for B in (16, 32, 64):
+            r = row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    head["rows"] = rows
+    with open(out_path, "w") as f:
+        json.dump(head, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
