@@ -331,6 +331,14 @@ void bench() {
   int l2 = 0;
   CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
   std::printf("BENCH l2_bytes=%d (graph replay, cold L2; GB/s of the K/V bytes read, scales included)\n", l2);
+  {  // The copy rate, the ceiling the GB/s below are read against: 4 GB device to device, read + write.
+    const size_t n = size_t(2) << 30;
+    Dev<uint8_t> from(n), to(n);
+    CK(cudaMemset(from.p, 1, n));
+    const float us = graph_us([&](int, cudaStream_t st) { CK(cudaMemcpyAsync(to.p, from.p, n, cudaMemcpyDeviceToDevice, st)); },
+                              1, 10, s);
+    std::printf("BENCH copy %.0f GBps (bytes read + written)\n", 2.0 * n / us / 1e3);
+  }
   std::printf("BENCH model B S us_fp16 us_fp8 us_int8 GBps_fp16 GBps_fp8 GBps_int8 fp8_vs_fp16 int8_vs_fp16\n");
   const int64_t Hq = 32, D = 128;
   for (int64_t Hkv : {8, 32}) {
@@ -418,34 +426,50 @@ void bench() {
   cudaStreamDestroy(s);
 }
 
+// The tensor-core kernel's cases: every query-group size up to two chunks of 16 heads (20: a partial
+// chunk), lengths around the 64-key tile and across splits, the three layouts, slots with a refused
+// entry. `types`: the 16-bit q types to run them with.
+void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> types) {
+  for (ScalarType t : types) {
+    for (int64_t D : {64, 128}) {
+      for (int64_t G : {1, 2, 3, 4, 8, 16, 20, 32}) test_attention({kind, t, 2, 2 * G, 2, D, 333, false});
+      for (int64_t S : {1, 63, 64, 65, 4097}) test_attention({kind, t, 3, 8, 2, D, S, false});
+      for (Layout lay : {kBatchMajor, kHeadMajor}) test_attention({kind, t, 2, 8, 2, D, 1000, false, lay});
+      test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor});
+    }
+  }
+}
+
 }  // namespace
 
+// --no-bench: the checks only; --bench-only: the timings only; --tc-only: the tensor-core cases with
+// float16 q only (what compute-sanitizer runs: the kernel's memory accesses, at a memcheck's pace).
 int main(int argc, char** argv) {
-  bool no_bench = false;
-  for (int i = 1; i < argc; ++i) no_bench = no_bench || std::string(argv[i]) == "--no-bench";
-  for (KvQuant kind : {KvQuant::kFp8E4M3, KvQuant::kInt8}) {
-    for (ScalarType t : {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16}) test_append(kind, t);
+  bool no_bench = false, bench_only = false, tc_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    no_bench = no_bench || arg == "--no-bench";
+    bench_only = bench_only || arg == "--bench-only";
+    tc_only = tc_only || arg == "--tc-only";
   }
-  for (KvQuant kind : {KvQuant::kFp8E4M3, KvQuant::kInt8}) {
-    for (ScalarType t : {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16}) {
-      test_attention({kind, t, 2, 8, 2, 128, 300, false});
+  if (tc_only) {
+    for (KvQuant kind : {KvQuant::kFp8E4M3, KvQuant::kInt8}) test_tensor_core_cases(kind, {ScalarType::kFloat16});
+  } else if (!bench_only) {
+    for (KvQuant kind : {KvQuant::kFp8E4M3, KvQuant::kInt8}) {
+      for (ScalarType t : {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16}) test_append(kind, t);
     }
-    for (int64_t D : {64, 256}) test_attention({kind, ScalarType::kFloat16, 3, 4, 4, D, 1000, false});
-    test_attention({kind, ScalarType::kFloat32, 1, 8, 1, 128, 5000, false});   // group 8: two passes of 4
-    test_attention({kind, ScalarType::kFloat32, 2, 6, 2, 64, 77, false});      // group 3
-    test_attention({kind, ScalarType::kFloat32, 1, 2, 1, 128, 1, false});      // one key
-    test_attention({kind, ScalarType::kFloat16, 4, 8, 2, 128, 2000, true});    // slots, lengths, a refused entry
-    // The tensor-core kernel: every query-group size up to two chunks of 16 heads (20: a partial
-    // chunk), lengths around the 64-key tile and across splits, the three layouts, both 16-bit types.
-    for (ScalarType t : {ScalarType::kFloat16, ScalarType::kBFloat16}) {
-      for (int64_t D : {64, 128}) {
-        for (int64_t G : {1, 2, 3, 4, 8, 16, 20, 32}) test_attention({kind, t, 2, 2 * G, 2, D, 333, false});
-        for (int64_t S : {1, 63, 64, 65, 4097}) test_attention({kind, t, 3, 8, 2, D, S, false});
-        for (Layout lay : {kBatchMajor, kHeadMajor}) test_attention({kind, t, 2, 8, 2, D, 1000, false, lay});
-        test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor});  // slots, lengths, a refused entry
+    for (KvQuant kind : {KvQuant::kFp8E4M3, KvQuant::kInt8}) {
+      for (ScalarType t : {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16}) {
+        test_attention({kind, t, 2, 8, 2, 128, 300, false});
       }
+      for (int64_t D : {64, 256}) test_attention({kind, ScalarType::kFloat16, 3, 4, 4, D, 1000, false});
+      test_attention({kind, ScalarType::kFloat32, 1, 8, 1, 128, 5000, false});   // group 8: two passes of 4
+      test_attention({kind, ScalarType::kFloat32, 2, 6, 2, 64, 77, false});      // group 3
+      test_attention({kind, ScalarType::kFloat32, 1, 2, 1, 128, 1, false});      // one key
+      test_attention({kind, ScalarType::kFloat16, 4, 8, 2, 128, 2000, true});    // slots, lengths, a refused entry
+      test_tensor_core_cases(kind, {ScalarType::kFloat16, ScalarType::kBFloat16});
     }
   }
-  if (!no_bench) bench();
+  if (!no_bench && !tc_only) bench();
   return r.finish();
 }
