@@ -24,6 +24,9 @@ struct QuantAttentionParams {
   const float* v_scale = nullptr;
   int64_t k_scale_stride[3] = {0, 0, 0};
   int64_t v_scale_stride[3] = {0, 0, 0};
+  // CUDA: the tensor-core kernel where it applies (kv_quant_attention_mma_cuda.cu); false keeps the
+  // CUDA-core kernel (the harness compares the two; the host ignores it).
+  bool tensor_cores = true;
 };
 
 // decode_attention's own check of attn, plus the kind and the scale pointers.
@@ -32,9 +35,11 @@ Status check_quant_attention_params(const QuantAttentionParams& p);
 // Host implementation (kv_quant_attention_cpu.cc): one task per (entry, kv head).
 Status quant_attention_cpu(const QuantAttentionParams& p);
 // CUDA implementation (kv_quant_attention_cuda.cu): one query token per entry (q_len 1, or 0/1
-// rows per entry with cu_seqlens_q), no mask, head_dim 64, 128 or 256, any query-group size (fast
-// for 1, 2 and 4: larger groups read the cache once per 4 query heads). Splits the keys over
-// blocks through `attn.workspace`, sized by quant_attention_cuda_workspace_bytes on the same device.
+// rows per entry with cu_seqlens_q), no mask, head_dim 64, 128 or 256, any query-group size. q of
+// float16 / bfloat16 at head_dim 64 or 128 runs on tensor cores (up to 16 query heads of a kv head
+// per block, one read of the cache for them); the rest on CUDA cores (fast for groups of 1, 2 and 4:
+// larger groups read the cache once per 4 query heads). Splits the keys over blocks through
+// `attn.workspace`, sized by quant_attention_cuda_workspace_bytes on the same device.
 size_t quant_attention_cuda_workspace_bytes(const QuantAttentionParams& p);
 Status quant_attention_cuda(const QuantAttentionParams& p, void* stream);
 

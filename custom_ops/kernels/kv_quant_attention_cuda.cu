@@ -1,4 +1,5 @@
-// CUDA decode attention over an 8-bit cache (kv_quant_attention.h), CUDA cores, two kernels:
+// CUDA decode attention over an 8-bit cache (kv_quant_attention.h), two kernels (where the
+// tensor-core kernel takes the call, kv_quant_attention_mma_cuda.cu replaces the first):
 //  1. split: block (split, kv head, entry) of 4 warps walks its range of keys. A key row of D codes
 //     is read by D/16 lanes with one 16-byte load each (K and V), so a warp covers 32/(D/16) keys
 //     per step; codes are dequantized in registers (fp8: the hardware e4m3 -> half conversion;
@@ -21,15 +22,22 @@
 
 #include "../core/cuda_check.h"
 #include "kv_quant_attention.h"
+#include "kv_quant_attention_cuda.cuh"
 
 namespace pvt {
 namespace {
 
+using quant_cuda::EntryView;
+using quant_cuda::entry_of;
+using quant_cuda::kLn2;
+using quant_cuda::kLog2e;
+using quant_cuda::Launch;
+using quant_cuda::partial_at;
+
 constexpr int kWarps = 4;
 constexpr int kMinKeysPerSplit = 256;
 constexpr int kMaxSplits = 128;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kMmaBlocksPerSm = 3;  // the tensor-core kernel's blocks an SM holds (168 registers a thread at head_dim 128)
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
@@ -65,29 +73,6 @@ __device__ __forceinline__ void decode16(const uint4& raw, float (&f)[16]) {
 #endif
     }
   }
-}
-
-struct Launch {
-  int splits = 1;
-  int64_t keys_per_split = 0;
-  int group = 1, heads_per_block = 1;
-};
-
-// What entry b reads: its query row (-1: none), cache row and key count (0 when refused).
-struct EntryView {
-  int64_t q_row, row, n;
-  bool refused;
-};
-
-__device__ __forceinline__ EntryView entry_of(const DecodeAttentionParams& a, int64_t b) {
-  EntryView e;
-  const int64_t q_count = a.cu_seqlens_q ? a.cu_seqlens_q[b + 1] - a.cu_seqlens_q[b] : 1;
-  e.q_row = q_count == 1 ? (a.cu_seqlens_q ? a.cu_seqlens_q[b] : b) : -1;
-  e.row = a.kv_batch_index ? a.kv_batch_index[b] : b;
-  e.n = a.cache_seqlens ? a.cache_seqlens[e.row] + q_count : a.kv_len;
-  e.refused = e.q_row >= 0 && (e.n > a.kv_len || (a.kv_mapped && e.n > a.kv_mapped[e.row]));
-  if (e.refused || e.q_row < 0) e.n = 0;
-  return e;
 }
 
 template <typename T, KvQuant kKind, int D, int G>
@@ -184,7 +169,7 @@ __global__ void __launch_bounds__(kWarps * 32) split_kernel(QuantAttentionParams
       }
     }
     const int64_t h = static_cast<int64_t>(g) * l.group + head0 + j;
-    float* out = ws + ((b * a.q_heads + h) * l.splits + split) * (D + 2);
+    float* out = ws + partial_at(a, l, b, h, split);
     out[2 + d] = o;
     if (d == 0) {
       out[0] = mx;
@@ -200,7 +185,7 @@ __global__ void merge_kernel(QuantAttentionParams p, Launch l, const float* ws) 
   const EntryView e = entry_of(a, b);
   if (e.q_row < 0) return;
   if (e.refused && threadIdx.x == 0 && a.error_flag) *a.error_flag = 1;
-  const float* part = ws + (b * a.q_heads + h) * l.splits * (D + 2);
+  const float* part = ws + partial_at(a, l, b, h, 0);
   float mx = -INFINITY;
   for (int s = 0; s < l.splits; ++s) mx = fmaxf(mx, part[s * (D + 2)]);
   float lsum = 0.f, o = 0.f;
@@ -237,9 +222,22 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
   }
   l->group = static_cast<int>(a.q_heads / a.kv_heads);
   l->heads_per_block = l->group % 4 == 0 ? 4 : l->group % 2 == 0 ? 2 : 1;
-  int device = 0, sms = 132;
+  int device = 0, sms = 132, major = 0;
   PVT_CU_CHECK(cudaGetDevice(&device));
   PVT_CU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  PVT_CU_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  l->mma = quant_cuda::mma_takes(p, major);
+  if (l->mma) {  // one wave of blocks, splits of whole tiles
+    const int64_t blocks = a.batch * a.kv_heads * ((l->group + quant_cuda::kMmaHeads - 1) / quant_cuda::kMmaHeads);
+    int64_t splits = (kMmaBlocksPerSm * sms + blocks - 1) / blocks;
+    const int64_t by_len = (a.kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+    splits = splits < by_len ? splits : by_len;
+    splits = splits < kMaxSplits ? (splits < 1 ? 1 : splits) : kMaxSplits;
+    const int64_t tile = quant_cuda::kMmaTileKeys;
+    l->keys_per_split = ((a.kv_len + splits - 1) / splits + tile - 1) / tile * tile;
+    l->splits = static_cast<int>((a.kv_len + l->keys_per_split - 1) / l->keys_per_split);
+    return Status::Ok();
+  }
   const int64_t blocks = a.batch * a.kv_heads * (l->group / l->heads_per_block);
   int64_t splits = (2 * sms + blocks - 1) / blocks;
   const int64_t by_len = (a.kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
@@ -254,16 +252,20 @@ template <typename T, KvQuant kKind, int D>
 Status run(const QuantAttentionParams& p, const Launch& l, cudaStream_t stream) {
   const DecodeAttentionParams& a = p.attn;
   float* ws = static_cast<float*>(a.workspace);
-  const dim3 grid(l.splits, static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.batch));
-  for (int head0 = 0; head0 < l.group; head0 += l.heads_per_block) {
-    if (l.heads_per_block == 4) {
-      split_kernel<T, kKind, D, 4><<<grid, kWarps * 32, 0, stream>>>(p, l, head0, ws);
-    } else if (l.heads_per_block == 2) {
-      split_kernel<T, kKind, D, 2><<<grid, kWarps * 32, 0, stream>>>(p, l, head0, ws);
-    } else {
-      split_kernel<T, kKind, D, 1><<<grid, kWarps * 32, 0, stream>>>(p, l, head0, ws);
+  if (l.mma) {
+    PVT_RETURN_IF_ERROR(quant_cuda::quant_mma_split(p, l, ws, stream));
+  } else {
+    const dim3 grid(l.splits, static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.batch));
+    for (int head0 = 0; head0 < l.group; head0 += l.heads_per_block) {
+      if (l.heads_per_block == 4) {
+        split_kernel<T, kKind, D, 4><<<grid, kWarps * 32, 0, stream>>>(p, l, head0, ws);
+      } else if (l.heads_per_block == 2) {
+        split_kernel<T, kKind, D, 2><<<grid, kWarps * 32, 0, stream>>>(p, l, head0, ws);
+      } else {
+        split_kernel<T, kKind, D, 1><<<grid, kWarps * 32, 0, stream>>>(p, l, head0, ws);
+      }
+      PVT_CU_CHECK(cudaGetLastError());
     }
-    PVT_CU_CHECK(cudaGetLastError());
   }
   merge_kernel<T, D><<<static_cast<unsigned>(a.batch * a.q_heads), D, 0, stream>>>(p, l, ws);
   PVT_CU_CHECK(cudaGetLastError());

@@ -14,12 +14,16 @@ Per decode step, one new token per sequence:
               host between replays.
   (c) graph, no PDL  the same graph captured with the no_pdl option: the attention's kernels in plain
               stream order instead of launched programmatically behind the kernel ahead (what that buys)
+  (c) 8-bit   with --cache-dtype float8_e4m3fn|int8 (issue 28): (c) eager with 8-bit caches, the token
+              quantized into place (quant_append_cuda), attention on tensor cores over the codes
+              (quant_attention_cuda); fp8's per-head scales calibrated on the prompt (amax / 448, as
+              paddle_vtensor.quant.calibrate_fp8_scale), int8's per token in a [capacity, B, Hkv] tensor
 Each: `steps` decode steps from `ctx` tokens, median ms/step of the timed steps (after 2 warm-up
 steps), the best of 3 rounds (1 with --quick, N with --rounds N) that run every mode in turn (each round's
 median step and median host launch time are kept too); peak memory = PyTorch's peak allocated above the
 weights + our mapped bytes (the highest of the rounds). --only B,ctx runs that one row.
 Usage: python3 tests/gpu/llama_loop.py OUT.json [--kv-heads 32|8|1] [--head-dim 128|256] [--quick] [--rounds N]
-       [--only B,ctx]
+       [--only B,ctx] [--cache-dtype float8_e4m3fn|int8]
 """
 import json
 import sys
@@ -84,7 +88,52 @@ def static_len(B, kvh, ctx, steps):
     return max(ctx + steps + 8, min(16384 + 64, (48 * 2**30) // per_token))
 
 
-def run(ext, W, kvh, B, ctx, mode, steps):
+def ours_attend(ext, pair, views, ws, pos):
+    """(c) eager: the token appended in place at the host position pos[0], then decode attention."""
+    def attend(q, k, v):
+        p = pos[0]
+        o = torch.empty(q.shape, device=dev, dtype=dt)
+        for c, src in zip(pair, (k, v)):
+            c.begin_append(p, 1)  # maps a chunk when the token crosses into one
+            ext.append(c, src, p)
+            c.remove_view(p)      # the previous step's view is gone (as in the adapter)
+        ext.attention(q, views[0], views[1], o, p + 1, ws)
+        return o
+    return attend
+
+
+def quant_cache(ext, dtype, src, cap):
+    """An 8-bit Cache (`dtype` float8_e4m3fn or int8) holding the prompt src [B, Hkv, ctx, D], quantized by
+    the extension's append, and its scales: fp8 per kv head, calibrated on the prompt (amax / 448; a zero
+    head 1.0); int8 [capacity, B, Hkv], written by every append."""
+    B, kvh, ctx, _ = src.shape
+    c = ext.Cache(B, kvh, D, dtype, cap)
+    c.begin_append(0, ctx)
+    tok = src.permute(0, 2, 1, 3)  # [B, ctx, Hkv, D]
+    if dtype == "int8":
+        s = torch.empty(c.tensor().shape[0], B, kvh, device=dev, dtype=torch.float32)
+    else:
+        amax = tok.float().abs().amax(dim=(0, 1, 3))
+        s = torch.where(amax > 0, amax / 448, torch.ones_like(amax)).contiguous()
+    ext.quant_append(c, tok, 0, s)
+    return c, s
+
+
+def quant_attend(ext, pair, scales, ws, pos):
+    """(c) eager with 8-bit caches: the token quantized into place at pos[0], attention over the codes."""
+    def attend(q, k, v):
+        p = pos[0]
+        o = torch.empty(q.shape, device=dev, dtype=dt)
+        for c, src, s in zip(pair, (k, v), scales):
+            c.begin_append(p, 1)
+            ext.quant_append(c, src, p, s)
+            c.remove_view(p)
+        ext.quant_attention(q, pair[0], pair[1], o, p + 1, scales[0], scales[1], ws)
+        return o
+    return attend
+
+
+def run(ext, W, kvh, B, ctx, mode, steps, cache_dtype=None):
     """Returns (median ms per step, peak GiB above the weights, the last step's output, median ms the
     host took to launch a step)."""
     cap = ctx + steps + 8
@@ -121,6 +170,14 @@ def run(ext, W, kvh, B, ctx, mode, steps):
                 kv[i][1][:, :, p:p + 1].copy_(v.transpose(1, 2))
                 return sdpa(q, kv[i][0][:, :, :p + 1], kv[i][1][:, :, :p + 1], kvh)
             return attend
+    elif mode == "ours_q":
+        pairs = [[quant_cache(ext, cache_dtype, src, static_len(B, kvh, ctx, steps)) for src in prompt_kv(i, B, kvh, ctx)]
+                 for i in range(L)]
+        qs = torch.empty(B, 1, H, D, device=dev, dtype=dt)
+        (k0, ks0), (v0, vs0) = pairs[0]
+        ws = torch.empty(ext.quant_workspace_bytes(qs, k0, v0, qs, cap, ks0, vs0), dtype=torch.uint8, device=dev)
+        def make(i):
+            return quant_attend(ext, [c for c, _ in pairs[i]], [s for _, s in pairs[i]], ws, pos)
     else:  # ours, ours_graph
         caches = []
         for i in range(L):
@@ -143,19 +200,13 @@ def run(ext, W, kvh, B, ctx, mode, steps):
                          dtype=torch.uint8, device=dev)
         state.update(caches=caches, lens=lens, wpos=wpos)
         def make(i):
-            def attend(q, k, v):
+            if mode == "ours":
+                return ours_attend(ext, caches[i], views[i], ws, pos)
+            def attend(q, k, v):  # graph: positions and lengths from the device
                 o = torch.empty(B, 1, H, D, device=dev, dtype=dt)
-                if mode == "ours":
-                    p = pos[0]
-                    for c, src in zip(caches[i], (k, v)):
-                        c.begin_append(p, 1)  # maps a chunk when the token crosses into one
-                        ext.append(c, src, p)
-                        c.remove_view(p)      # the previous step's view is gone (as in the adapter)
-                    ext.attention(q, views[i][0], views[i][1], o, p + 1, ws)
-                else:  # graph: positions and lengths from the device
-                    views[i][0].index_copy_(0, wpos, k.transpose(0, 1))
-                    views[i][1].index_copy_(0, wpos, v.transpose(0, 1))
-                    ext.attention(q, views[i][0], views[i][1], o, ws_len, ws, lens)
+                views[i][0].index_copy_(0, wpos, k.transpose(0, 1))
+                views[i][1].index_copy_(0, wpos, v.transpose(0, 1))
+                ext.attention(q, views[i][0], views[i][1], o, ws_len, ws, lens)
                 return o
             return attend
     fns = [make(i) for i in range(L)]
@@ -225,6 +276,8 @@ def main():
     if "--rounds" in sys.argv:  # more rounds where the host's launch rate is noisy (eager steps)
         rounds = int(sys.argv[sys.argv.index("--rounds") + 1])
     only = tuple(int(x) for x in sys.argv[sys.argv.index("--only") + 1].split(",")) if "--only" in sys.argv else None
+    cache_dtype = sys.argv[sys.argv.index("--cache-dtype") + 1] if "--cache-dtype" in sys.argv else None
+    modes = ("cat", "static", "ours", "ours_graph", "ours_graph_nopdl") + (("ours_q",) if cache_dtype else ())
     with torch.no_grad():
         for B in ((8,) if quick else (1, 8, 32)):
             for ctx in ((4096,) if quick else (1024, 4096, 16384)):
@@ -239,7 +292,7 @@ def main():
                 # the host's launches, and a slow stretch of the VM's CPU (run 18: GQA B=8 4k ours 14.2 ms
                 # in one pass, 10.7 in run 5) should not land on one mode only.
                 for _ in range(rounds):
-                    for mode in ("cat", "static", "ours", "ours_graph", "ours_graph_nopdl"):
+                    for mode in modes:
                         backends = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)) \
                             if mode in ("cat", "static") else ((None, None),)
                         for name, be in backends:
@@ -249,7 +302,7 @@ def main():
                                     with knob_set(ext, no_pdl=True):
                                         ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, "ours_graph", steps)
                                 elif be is None:
-                                    ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, mode, steps)
+                                    ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, mode, steps, cache_dtype)
                                 else:
                                     with sdpa_kernel(be):
                                         ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, mode, steps)
@@ -267,11 +320,12 @@ def main():
                         r[f"{mode}_{n}_ms"] = round(ms, 3)
                     ms, peak, n = min(cands)
                     r[f"{mode}_ms"], r[f"{mode}_peak_gib"], r[f"{mode}_sdpa"] = round(ms, 3), round(peak, 3), n
-                for mode in ("ours", "ours_graph", "ours_graph_nopdl"):
+                for mode in ("ours", "ours_graph", "ours_graph_nopdl") + (("ours_q",) if "ours_q" in best else ()):
                     r[f"{mode}_ms"], r[f"{mode}_peak_gib"] = round(best[mode][0], 3), round(best[mode][1], 3)
-                # Same prompt, weights and tokens: the last step's hidden state must agree.
-                for mode in ("cat", "ours", "ours_graph", "ours_graph_nopdl"):
-                    r[f"maxdiff_{mode}_vs_static"] = float((ys[mode] - ys["static"]).abs().max())
+                # Same prompt, weights and tokens: the last step's hidden state must agree (8-bit: how far).
+                for mode in ("cat", "ours", "ours_graph", "ours_graph_nopdl", "ours_q"):
+                    if mode in ys:
+                        r[f"maxdiff_{mode}_vs_static"] = float((ys[mode] - ys["static"]).abs().max())
                 r["hidden_absmax"] = float(ys["static"].abs().max())
                 for mode in ("cat", "static", "ours", "ours_graph"):
                     r[f"{mode}_tok_s"] = round(B * 1e3 / r[f"{mode}_ms"], 1)
@@ -280,6 +334,11 @@ def main():
                 r["ours_vs_static"] = round(r["ours_ms"] / r["static_ms"], 3)
                 r["graph_vs_static"] = round(r["ours_graph_ms"] / r["static_ms"], 3)
                 r["graph_nopdl_vs_static"] = round(r["ours_graph_nopdl_ms"] / r["static_ms"], 3)
+                if "ours_q_ms" in r:
+                    r["cache_dtype"] = cache_dtype
+                    r["ours_q_tok_s"] = round(B * 1e3 / r["ours_q_ms"], 1)
+                    r["ours_q_vs_static"] = round(r["ours_q_ms"] / r["static_ms"], 3)
+                    r["ours_q_vs_ours"] = round(r["ours_q_ms"] / r["ours_ms"], 3)
                 rows.append(r)
                 print(json.dumps(r), flush=True)
     with open(out_path, "w") as f:

@@ -12,6 +12,9 @@
 //                  what a benchmark records next to each time, so that a silent fallback shows
 //   mma_probe      what the device says about each tensor-core instance (built, sm_80 code, blocks an
 //                  SM, the CUDA error of a failed query)
+//   quant_append / quant_attention / quant_workspace_bytes   8-bit caches (kv_quant_append.h,
+//                  kv_quant_attention.h): a Cache of dtype float8_e4m3fn or int8 holds the codes; fp8's
+//                  scales are a float32 [H] tensor, int8's a float32 [capacity, B, H] tensor beside it
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -26,6 +29,8 @@
 #include "kernels/decode_attention.h"
 #include "kernels/decode_attention_mma_launch_cuda.cuh"
 #include "kernels/decode_attention_plan.h"
+#include "kernels/kv_quant_append.h"
+#include "kernels/kv_quant_attention.h"
 #include "kernels/speculative_accept.h"
 
 namespace {
@@ -77,8 +82,10 @@ struct Cache {
   torch::ScalarType dtype;
 
   Cache(int64_t batch, int64_t heads, int64_t head_dim, const std::string& dt, int64_t capacity, int64_t chunk_bytes)
-      : dtype(dt == "float16" ? torch::kFloat16 : dt == "bfloat16" ? torch::kBFloat16 : torch::kFloat32) {
-    TORCH_CHECK(dt == "float16" || dt == "bfloat16" || dt == "float32", "Cache: dtype float16, bfloat16 or float32");
+      : dtype(dt == "float16" ? torch::kFloat16 : dt == "bfloat16" ? torch::kBFloat16 : dt == "float32" ? torch::kFloat32
+              : dt == "float8_e4m3fn" ? torch::kFloat8_e4m3fn : torch::kInt8) {
+    TORCH_CHECK(dt == "float16" || dt == "bfloat16" || dt == "float32" || dt == "float8_e4m3fn" || dt == "int8",
+                "Cache: dtype float16, bfloat16, float32, float8_e4m3fn or int8");
     const int64_t eb = torch::elementSize(dtype);
     check(pvt::SeqMajorCache::create(pvt::Device::cuda(c10::cuda::current_device()),
                                      pvt::CacheShape{batch, heads, head_dim, eb},
@@ -256,6 +263,92 @@ void speculative_accept(const torch::Tensor& draft, const torch::Tensor& target,
   check(pvt::speculative_accept_cuda(p, stream()));
 }
 
+// ---- 8-bit caches.
+pvt::KvQuant quant_kind(const Cache& c) {
+  TORCH_CHECK(c.dtype == torch::kFloat8_e4m3fn || c.dtype == torch::kInt8, "quant: the cache must be float8_e4m3fn or int8");
+  return c.dtype == torch::kInt8 ? pvt::KvQuant::kInt8 : pvt::KvQuant::kFp8E4M3;
+}
+
+// The scales tensor of c's kind: fp8 float32 [H]; int8 float32 [capacity, B, H], contiguous, on the GPU.
+void check_scales(const Cache& c, const torch::Tensor& scale) {
+  const auto& s = c.cache->shape();
+  const bool fp8 = quant_kind(c) == pvt::KvQuant::kFp8E4M3;
+  TORCH_CHECK(scale.is_cuda() && scale.scalar_type() == torch::kFloat32 && scale.is_contiguous(),
+              "quant: scales must be a contiguous float32 CUDA tensor");
+  if (fp8) {
+    TORCH_CHECK(scale.dim() == 1 && scale.size(0) == s.heads, "quant: fp8 scales must be [", s.heads, "]");
+  } else {
+    TORCH_CHECK(scale.dim() == 3 && scale.size(0) == c.cache->capacity_tokens() && scale.size(1) == s.batch &&
+                scale.size(2) == s.heads, "quant: int8 scales must be [capacity, ", s.batch, ", ", s.heads, "]");
+  }
+}
+
+// tokens [B, T, H, D] (float16/bfloat16/float32, any strides, head_dim contiguous) quantized into the
+// cache at token position pos (already begun); int8 writes their scales at [pos, pos + T).
+void quant_append(Cache& c, const torch::Tensor& src, int64_t pos, torch::Tensor& scale) {
+  const auto& s = c.cache->shape();
+  TORCH_CHECK(src.is_cuda() && src.dim() == 4 && src.size(0) == s.batch && src.size(2) == s.heads &&
+              src.size(3) == s.head_dim && src.stride(3) == 1, "quant_append: src must be a CUDA [B, T, H, D] tensor, D contiguous");
+  check_scales(c, scale);
+  pvt::QuantAppendParams p;
+  p.kind = quant_kind(c);
+  p.src_type = dtype_of(src);
+  p.outer = s.batch, p.inner = src.size(1), p.heads = s.heads, p.head_dim = s.head_dim;
+  p.src = src.data_ptr();
+  for (int i = 0; i < 3; ++i) p.src_stride[i] = src.stride(i);
+  const int64_t row = s.batch * s.heads * s.head_dim;  // one token of the [capacity, B, H, D] codes
+  p.dst = c.cache->data() + pos * row;
+  p.dst_stride[0] = s.heads * s.head_dim, p.dst_stride[1] = row, p.dst_stride[2] = s.head_dim;
+  if (p.kind == pvt::KvQuant::kInt8) {
+    p.scale = scale.data_ptr<float>() + pos * s.batch * s.heads;
+    p.scale_stride[0] = s.heads, p.scale_stride[1] = s.batch * s.heads, p.scale_stride[2] = 1;
+  } else {
+    p.scale = scale.data_ptr<float>();
+    p.scale_stride[2] = 1;
+  }
+  check(pvt::quant_append_cuda(p, stream()));
+  check(c.cache->record_use(stream()));
+}
+
+// q/out [B, 1, Hq, D] float16/bfloat16; K and V the caches' codes, kv_len tokens (or cache_seqlens + 1).
+pvt::QuantAttentionParams quant_params(const torch::Tensor& q, const Cache& k, const Cache& v, const torch::Tensor& out,
+                                       int64_t kv_len, const torch::Tensor& k_scale, const torch::Tensor& v_scale,
+                                       const std::optional<torch::Tensor>& cache_seqlens) {
+  TORCH_CHECK(quant_kind(k) == quant_kind(v), "quant_attention: K and V caches of one kind");
+  check_scales(k, k_scale);
+  check_scales(v, v_scale);
+  pvt::QuantAttentionParams p;
+  p.attn = params(q, k.tensor(), v.tensor(), out, kv_len, cache_seqlens, std::nullopt, std::nullopt, std::nullopt, 1);
+  p.kind = quant_kind(k);
+  p.k_scale = k_scale.data_ptr<float>();
+  p.v_scale = v_scale.data_ptr<float>();
+  const auto& s = k.cache->shape();
+  for (int64_t* st : {p.k_scale_stride, p.v_scale_stride}) {
+    if (p.kind == pvt::KvQuant::kInt8) {
+      st[0] = s.batch * s.heads, st[1] = s.heads, st[2] = 1;
+    } else {
+      st[0] = st[1] = 0, st[2] = 1;
+    }
+  }
+  return p;
+}
+
+int64_t quant_workspace_bytes(const torch::Tensor& q, const Cache& k, const Cache& v, const torch::Tensor& out,
+                              int64_t kv_len, const torch::Tensor& k_scale, const torch::Tensor& v_scale,
+                              std::optional<torch::Tensor> cache_seqlens) {
+  return static_cast<int64_t>(
+      pvt::quant_attention_cuda_workspace_bytes(quant_params(q, k, v, out, kv_len, k_scale, v_scale, cache_seqlens)));
+}
+
+void quant_attention(const torch::Tensor& q, const Cache& k, const Cache& v, torch::Tensor& out, int64_t kv_len,
+                     const torch::Tensor& k_scale, const torch::Tensor& v_scale, const torch::Tensor& workspace,
+                     std::optional<torch::Tensor> cache_seqlens) {
+  auto p = quant_params(q, k, v, out, kv_len, k_scale, v_scale, cache_seqlens);
+  p.attn.workspace = workspace.numel() ? workspace.data_ptr() : nullptr;
+  p.attn.workspace_bytes = static_cast<size_t>(workspace.numel());
+  check(pvt::quant_attention_cuda(p, stream()));
+}
+
 int64_t mapped_bytes_total() { return pvt::memory_stats(pvt::Device::cuda(c10::cuda::current_device())).mapped_bytes; }
 
 }  // namespace
@@ -283,6 +376,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("kv_len"), opt("cache_seqlens"), opt("kv_batch_index"), opt("cu_seqlens_q"), opt("lse"),
         pybind11::arg("q_len") = 1);
   m.def("mma_probe", &mma_probe);
+  m.def("quant_append", &quant_append, pybind11::arg("cache"), pybind11::arg("src"), pybind11::arg("pos"),
+        pybind11::arg("scale"));
+  m.def("quant_workspace_bytes", &quant_workspace_bytes, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
+        pybind11::arg("out"), pybind11::arg("kv_len"), pybind11::arg("k_scale"), pybind11::arg("v_scale"),
+        opt("cache_seqlens"));
+  m.def("quant_attention", &quant_attention, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
+        pybind11::arg("out"), pybind11::arg("kv_len"), pybind11::arg("k_scale"), pybind11::arg("v_scale"),
+        pybind11::arg("workspace"), opt("cache_seqlens"));
   m.def("mapped_bytes_total", &mapped_bytes_total);
   m.def("speculative_accept", &speculative_accept, pybind11::arg("draft"), pybind11::arg("target"),
         pybind11::arg("slots"), pybind11::arg("target_seqlens"), pybind11::arg("draft_seqlens"),

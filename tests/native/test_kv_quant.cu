@@ -2,7 +2,9 @@
 // the CUDA append writes the very bytes and scales the host append writes (fp8 and int8, float32 /
 // float16 / bfloat16 tokens, with ties, NaN, infinities and all-zero tokens); the CUDA attention
 // matches the host attention over the same codes (head_dim 64/128/256, query groups 1/2/3/4/8,
-// the variable-length fields, a refused entry); then, unless --no-bench, decode attention timed
+// the variable-length fields, a refused entry), with both kernels where both apply: the tensor-core
+// one (float16/bfloat16 q, head_dim 64/128: query groups 1-32, three cache layouts, lengths around
+// the 64-key tile) and the CUDA-core one; then, unless --no-bench, decode attention timed
 // against our float16 kernel on the same shapes (Llama-3-8B GQA 32/8 and Llama-2-7B MHA 32/32,
 // head_dim 128, B 1/8/32, S 4k-64k; CUDA-graph replay, cold L2), in GB/s of the bytes read.
 #include <cuda_bf16.h>
@@ -128,12 +130,23 @@ void test_append(KvQuant kind, ScalarType t) {
 }
 
 // ---- attention: CUDA against the host kernel over the same codes.
+// Cache layouts (the int8 scales alike, without head_dim): seq-major [S, rows, Hkv, D] (a VTensor),
+// batch-major [rows, S, Hkv, D], head-major [rows, Hkv, S, D].
+enum Layout { kSeqMajor = 0, kBatchMajor = 1, kHeadMajor = 2 };
+
 struct AttnCase {
   KvQuant kind;
   ScalarType t;
   int64_t B, Hq, Hkv, D, S;
   bool varlen;
+  Layout layout = kSeqMajor;
 };
+
+// Whether quant_attention_cuda takes the tensor-core kernel for c (kv_quant_attention_cuda.cuh's
+// mma_takes, on a device of compute capability 8.0+).
+bool tensor_core_case(const AttnCase& c) {
+  return c.t != ScalarType::kFloat32 && (c.D == 64 || c.D == 128);
+}
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float m = 0.f;
@@ -173,19 +186,22 @@ void test_attention(const AttnCase& c) {
   a.batch = B, a.q_len = 1, a.q_heads = Hq, a.kv_heads = Hkv, a.head_dim = D, a.kv_len = S;
   a.dtype = c.t;
   a.scale = 1.f / std::sqrt(static_cast<float>(D));
-  const int64_t qs[4] = {Hq * D, Hq * D, D, 1}, kvs[4] = {rows * Hkv * D, Hkv * D, D, 1};
+  const int64_t qs[4] = {Hq * D, Hq * D, D, 1};
+  const int64_t kvs[3][4] = {{rows * Hkv * D, Hkv * D, D, 1}, {Hkv * D, S * Hkv * D, D, 1}, {D, Hkv * S * D, S * D, 1}};
+  const int64_t scs[3][3] = {{rows * Hkv, Hkv, 1}, {Hkv, S * Hkv, 1}, {1, Hkv * S, S}};
   std::copy(qs, qs + 4, a.q_stride);
   std::copy(qs, qs + 4, a.out_stride);
-  std::copy(kvs, kvs + 4, a.k_stride);
-  std::copy(kvs, kvs + 4, a.v_stride);
+  std::copy(kvs[c.layout], kvs[c.layout] + 4, a.k_stride);
+  std::copy(kvs[c.layout], kvs[c.layout] + 4, a.v_stride);
   p.kind = c.kind;
-  const int64_t st[3] = {rows * Hkv, Hkv, 1};
+  const int64_t* st = scs[c.layout];
   if (per_token) std::copy(st, st + 3, p.k_scale_stride), std::copy(st, st + 3, p.v_scale_stride);
   else p.k_scale_stride[2] = p.v_scale_stride[2] = 1;
 
   const std::string name = std::string("attention.") + kind_name(c.kind) + "." + type_name(c.t) + ".B" +
                            std::to_string(B) + ".Hq" + std::to_string(Hq) + ".Hkv" + std::to_string(Hkv) + ".D" +
-                           std::to_string(D) + ".S" + std::to_string(S) + (c.varlen ? ".varlen" : "");
+                           std::to_string(D) + ".S" + std::to_string(S) + (c.varlen ? ".varlen" : "") +
+                           (c.layout == kBatchMajor ? ".batch_major" : c.layout == kHeadMajor ? ".head_major" : "");
   // Host.
   std::vector<uint8_t> hout(B * Hq * D * elem_size(c.t));
   std::vector<float> hlse(B * Hq);
@@ -199,39 +215,63 @@ void test_attention(const AttnCase& c) {
     if (B > 1) hmapped[index[1]] = S;  // the host refuses the whole call: compare the others only
   }
   if (!r.ok(pvt::quant_attention_cpu(hp), name + ".host")) return;
-  // Device.
+  // Device: each kernel that applies (the tensor-core one first).
   Dev<uint8_t> dq(qbytes.size()), dk(k.size()), dv(v.size()), dout(hout.size());
   Dev<float> dks(ks.size()), dvs(vs.size()), dlse(hlse.size());
   Dev<int32_t> dseq(rows), didx(B), dmap(rows), dflag(1);
   dq.put(qbytes), dk.put(k), dv.put(v), dks.put(ks), dvs.put(vs);
-  dseq.put(seqlens), didx.put(index), dmap.put(mapped), dflag.put({0});
-  pvt::QuantAttentionParams dp = p;
-  dp.attn.q = dq.p, dp.attn.k = dk.p, dp.attn.v = dv.p, dp.attn.out = dout.p, dp.attn.lse = dlse.p;
-  dp.k_scale = dks.p, dp.v_scale = dvs.p;
-  if (c.varlen) {
-    dp.attn.cache_seqlens = dseq.p, dp.attn.kv_batch_index = didx.p, dp.attn.kv_mapped = dmap.p;
-    dp.attn.error_flag = dflag.p;
+  dseq.put(seqlens), didx.put(index), dmap.put(mapped);
+  // A bound on |V|: the tensor-core kernel rounds P to 16 bits (as the float16 kernels do), an
+  // error of at most the unit roundoff u times sum_k p_k |v_k| / l <= u max|V| in each output.
+  float code_max = 0.f;
+  for (const uint8_t x : v) {
+    code_max = std::max(code_max, std::fabs(c.kind == KvQuant::kInt8 ? static_cast<float>(static_cast<int8_t>(x))
+                                                                     : pvt::kv_quant::fp8_e4m3_decode(x)));
   }
-  const size_t ws_bytes = pvt::quant_attention_cuda_workspace_bytes(dp);
-  Dev<uint8_t> ws(ws_bytes);
-  dp.attn.workspace = ws.p, dp.attn.workspace_bytes = ws_bytes;
-  if (!r.ok(pvt::quant_attention_cuda(dp, nullptr), name + ".cuda")) return;
-  CK(cudaDeviceSynchronize());
-  auto got = from_bytes(dout.get(), c.t), want = from_bytes(hout, c.t);
-  auto glse = dlse.get();
-  const bool refused = c.varlen && B > 1;
-  if (refused) {  // entry 1: zeros and -inf from the GPU, flagged; left out of the comparison
-    bool zeros = true;
-    for (int64_t i = Hq * D; i < 2 * Hq * D; ++i) zeros = zeros && got[i] == 0.f;
-    r.check(zeros && std::isinf(glse[Hq]) && dflag.get()[0] == 1, name + ".refused_entry", "not zeros/-inf/flagged");
-    std::fill(got.begin() + Hq * D, got.begin() + 2 * Hq * D, 0.f);
-    std::fill(want.begin() + Hq * D, want.begin() + 2 * Hq * D, 0.f);
-    std::fill(glse.begin() + Hq, glse.begin() + 2 * Hq, 0.f);
-    std::fill(hlse.begin() + Hq, hlse.begin() + 2 * Hq, 0.f);
+  const float vmax = code_max * *std::max_element(vs.begin(), vs.end());
+  for (const bool tensor_cores : {true, false}) {
+    if (tensor_cores && !tensor_core_case(c)) continue;
+    const std::string dname = name + (tensor_cores ? ".tc" : ".cc");
+    dflag.put({0});
+    CK(cudaMemset(dout.p, 0xff, dout.n));  // NaN bytes: what a kernel does not write shows
+    pvt::QuantAttentionParams dp = p;
+    dp.tensor_cores = tensor_cores;
+    dp.attn.q = dq.p, dp.attn.k = dk.p, dp.attn.v = dv.p, dp.attn.out = dout.p, dp.attn.lse = dlse.p;
+    dp.k_scale = dks.p, dp.v_scale = dvs.p;
+    if (c.varlen) {
+      dp.attn.cache_seqlens = dseq.p, dp.attn.kv_batch_index = didx.p, dp.attn.kv_mapped = dmap.p;
+      dp.attn.error_flag = dflag.p;
+    }
+    const size_t ws_bytes = pvt::quant_attention_cuda_workspace_bytes(dp);
+    Dev<uint8_t> ws(ws_bytes);
+    dp.attn.workspace = ws.p, dp.attn.workspace_bytes = ws_bytes;
+    if (!r.ok(pvt::quant_attention_cuda(dp, nullptr), dname + ".launch")) continue;
+    CK(cudaDeviceSynchronize());
+    auto got = from_bytes(dout.get(), c.t), want = from_bytes(hout, c.t);
+    auto glse = dlse.get();
+    std::vector<float> wlse = hlse;
+    if (c.varlen && B > 1) {  // entry 1 refused: zeros and -inf from the GPU, flagged; left out of the comparison
+      bool zeros = true;
+      for (int64_t i = Hq * D; i < 2 * Hq * D; ++i) zeros = zeros && got[i] == 0.f;
+      r.check(zeros && std::isinf(glse[Hq]) && dflag.get()[0] == 1, dname + ".refused_entry", "not zeros/-inf/flagged");
+      std::fill(got.begin() + Hq * D, got.begin() + 2 * Hq * D, 0.f);
+      std::fill(want.begin() + Hq * D, want.begin() + 2 * Hq * D, 0.f);
+      std::fill(glse.begin() + Hq, glse.begin() + 2 * Hq, 0.f);
+      std::fill(wlse.begin() + Hq, wlse.begin() + 2 * Hq, 0.f);
+    }
+    // The output's own rounding: a fixed floor, plus one unit in the last place at the largest output
+    // (host and device sum in different orders, so they may round to neighbours: one float16 ulp,
+    // 2^-8 at |out| in [4, 8), failed the fixed 2e-3 alone on the H200, 2026-12-01); plus P's
+    // rounding on tensor cores.
+    const float u = c.t == ScalarType::kFloat32 ? 0x1p-24f : c.t == ScalarType::kFloat16 ? 0x1p-11f : 0x1p-8f;
+    float out_max = 0.f;
+    for (const float x : want) out_max = std::max(out_max, std::fabs(x));
+    float tol = (c.t == ScalarType::kFloat32 ? 2e-4f : c.t == ScalarType::kFloat16 ? 2e-3f : 1.6e-2f) + 2.f * u * out_max;
+    if (tensor_cores) tol += u * vmax;
+    const float err = max_abs_diff(got, want), lerr = max_abs_diff(glse, wlse);
+    r.check(err <= tol && lerr <= 1e-3f, dname,
+            "max |out diff| " + std::to_string(err) + " (tolerance " + std::to_string(tol) + "), |lse diff| " + std::to_string(lerr));
   }
-  const float tol = c.t == ScalarType::kFloat32 ? 2e-4f : c.t == ScalarType::kFloat16 ? 2e-3f : 1.6e-2f;
-  const float err = max_abs_diff(got, want), lerr = max_abs_diff(glse, hlse);
-  r.check(err <= tol && lerr <= 1e-3f, name, "max |out diff| " + std::to_string(err) + ", |lse diff| " + std::to_string(lerr));
 }
 
 // ---- benchmark against our float16 kernel.
@@ -297,6 +337,14 @@ void bench() {
   int l2 = 0;
   CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
   std::printf("BENCH l2_bytes=%d (graph replay, cold L2; GB/s of the K/V bytes read, scales included)\n", l2);
+  {  // The copy rate, the ceiling the GB/s below are read against: 4 GB device to device, read + write.
+    const size_t n = size_t(2) << 30;
+    Dev<uint8_t> from(n), to(n);
+    CK(cudaMemset(from.p, 1, n));
+    const float us = graph_us([&](int, cudaStream_t st) { CK(cudaMemcpyAsync(to.p, from.p, n, cudaMemcpyDeviceToDevice, st)); },
+                              1, 10, s);
+    std::printf("BENCH copy %.0f GBps (bytes read + written)\n", 2.0 * n / us / 1e3);
+  }
   std::printf("BENCH model B S us_fp16 us_fp8 us_int8 GBps_fp16 GBps_fp8 GBps_int8 fp8_vs_fp16 int8_vs_fp16\n");
   const int64_t Hq = 32, D = 128;
   for (int64_t Hkv : {8, 32}) {
@@ -384,24 +432,50 @@ void bench() {
   cudaStreamDestroy(s);
 }
 
+// The tensor-core kernel's cases: every query-group size up to two chunks of 16 heads (20: a partial
+// chunk), lengths around the 64-key tile and across splits, the three layouts, slots with a refused
+// entry. `types`: the 16-bit q types to run them with.
+void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> types) {
+  for (ScalarType t : types) {
+    for (int64_t D : {64, 128}) {
+      for (int64_t G : {1, 2, 3, 4, 8, 16, 20, 32}) test_attention({kind, t, 2, 2 * G, 2, D, 333, false});
+      for (int64_t S : {1, 63, 64, 65, 4097}) test_attention({kind, t, 3, 8, 2, D, S, false});
+      for (Layout lay : {kBatchMajor, kHeadMajor}) test_attention({kind, t, 2, 8, 2, D, 1000, false, lay});
+      test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor});
+    }
+  }
+}
+
 }  // namespace
 
+// --no-bench: the checks only; --bench-only: the timings only; --tc-only: the tensor-core cases with
+// float16 q only (what compute-sanitizer runs: the kernel's memory accesses, at a memcheck's pace).
 int main(int argc, char** argv) {
-  bool no_bench = false;
-  for (int i = 1; i < argc; ++i) no_bench = no_bench || std::string(argv[i]) == "--no-bench";
-  for (KvQuant kind : {KvQuant::kFp8E4M3, KvQuant::kInt8}) {
-    for (ScalarType t : {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16}) test_append(kind, t);
+  bool no_bench = false, bench_only = false, tc_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    no_bench = no_bench || arg == "--no-bench";
+    bench_only = bench_only || arg == "--bench-only";
+    tc_only = tc_only || arg == "--tc-only";
   }
-  for (KvQuant kind : {KvQuant::kFp8E4M3, KvQuant::kInt8}) {
-    for (ScalarType t : {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16}) {
-      test_attention({kind, t, 2, 8, 2, 128, 300, false});
+  if (tc_only) {
+    for (KvQuant kind : {KvQuant::kFp8E4M3, KvQuant::kInt8}) test_tensor_core_cases(kind, {ScalarType::kFloat16});
+  } else if (!bench_only) {
+    for (KvQuant kind : {KvQuant::kFp8E4M3, KvQuant::kInt8}) {
+      for (ScalarType t : {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16}) test_append(kind, t);
     }
-    for (int64_t D : {64, 256}) test_attention({kind, ScalarType::kFloat16, 3, 4, 4, D, 1000, false});
-    test_attention({kind, ScalarType::kFloat32, 1, 8, 1, 128, 5000, false});   // group 8: two passes of 4
-    test_attention({kind, ScalarType::kFloat32, 2, 6, 2, 64, 77, false});      // group 3
-    test_attention({kind, ScalarType::kFloat32, 1, 2, 1, 128, 1, false});      // one key
-    test_attention({kind, ScalarType::kFloat16, 4, 8, 2, 128, 2000, true});    // slots, lengths, a refused entry
+    for (KvQuant kind : {KvQuant::kFp8E4M3, KvQuant::kInt8}) {
+      for (ScalarType t : {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16}) {
+        test_attention({kind, t, 2, 8, 2, 128, 300, false});
+      }
+      for (int64_t D : {64, 256}) test_attention({kind, ScalarType::kFloat16, 3, 4, 4, D, 1000, false});
+      test_attention({kind, ScalarType::kFloat32, 1, 8, 1, 128, 5000, false});   // group 8: two passes of 4
+      test_attention({kind, ScalarType::kFloat32, 2, 6, 2, 64, 77, false});      // group 3
+      test_attention({kind, ScalarType::kFloat32, 1, 2, 1, 128, 1, false});      // one key
+      test_attention({kind, ScalarType::kFloat16, 4, 8, 2, 128, 2000, true});    // slots, lengths, a refused entry
+      test_tensor_core_cases(kind, {ScalarType::kFloat16, ScalarType::kBFloat16});
+    }
   }
-  if (!no_bench) bench();
+  if (!no_bench && !tc_only) bench();
   return r.finish();
 }

@@ -1,0 +1,67 @@
+// What the CUDA kernels over 8-bit caches share: the split plan, what an entry reads, and the
+// workspace of partial softmax states that merge_kernel (kv_quant_attention_cuda.cu) combines. Two
+// kernels write those partials: the CUDA-core one (kv_quant_attention_cuda.cu) and the tensor-core
+// one (kv_quant_attention_mma_cuda.cu).
+// Internal to the CUDA build of the kernels; include only from .cu files compiled by nvcc.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../core/status.h"
+#include "kv_quant_attention.h"
+
+namespace pvt {
+namespace quant_cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Block (split, kv head [x head chunk], entry) walks keys [split * keys_per_split, + keys_per_split).
+// Query heads: group per kv head, heads_per_block of them per block (a chunk).
+struct Launch {
+  int splits = 1;
+  int64_t keys_per_split = 0;
+  int group = 1, heads_per_block = 1;
+  bool mma = false;  // the tensor-core kernel (mma_takes) writes the partials
+};
+
+// What entry b reads: its query row (-1: none), cache row and key count (0 when refused).
+struct EntryView {
+  int64_t q_row, row, n;
+  bool refused;
+};
+
+__device__ __forceinline__ EntryView entry_of(const DecodeAttentionParams& a, int64_t b) {
+  EntryView e;
+  const int64_t q_count = a.cu_seqlens_q ? a.cu_seqlens_q[b + 1] - a.cu_seqlens_q[b] : 1;
+  e.q_row = q_count == 1 ? (a.cu_seqlens_q ? a.cu_seqlens_q[b] : b) : -1;
+  e.row = a.kv_batch_index ? a.kv_batch_index[b] : b;
+  e.n = a.cache_seqlens ? a.cache_seqlens[e.row] + q_count : a.kv_len;
+  e.refused = e.q_row >= 0 && (e.n > a.kv_len || (a.kv_mapped && e.n > a.kv_mapped[e.row]));
+  if (e.refused || e.q_row < 0) e.n = 0;
+  return e;
+}
+
+// Where the partial state of (entry b, query head h, split) starts in the workspace (floats): max
+// (log2 units), sum, then the D unnormalised outputs.
+__device__ __forceinline__ int64_t partial_at(const DecodeAttentionParams& a, const Launch& l, int64_t b, int64_t h,
+                                              int split) {
+  return ((b * a.q_heads + h) * l.splits + split) * (a.head_dim + 2);
+}
+
+// Tensor-core path (kv_quant_attention_mma_cuda.cu): a block takes up to 16 query heads of one kv
+// head (the M side of mma.m16n8k16) over tiles of kMmaTileKeys keys; a split is whole tiles.
+constexpr int kMmaTileKeys = 64;
+constexpr int kMmaHeads = 16;
+
+// Whether the tensor-core kernel takes p (q and out float16 / bfloat16, head_dim 64 or 128, a device
+// of compute capability 8.0 or newer, p.tensor_cores); else the CUDA-core kernel does.
+bool mma_takes(const QuantAttentionParams& p, int device_major);
+
+// Queues the tensor-core split kernel for every (split, kv head, head chunk, entry) of `l`.
+Status quant_mma_split(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream);
+
+}  // namespace quant_cuda
+}  // namespace pvt

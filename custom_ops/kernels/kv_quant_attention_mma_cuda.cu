@@ -1,0 +1,413 @@
+// Decode attention over an 8-bit cache on tensor cores (kv_quant_attention.h, the CUDA-core kernel's
+// contract: one query token per entry, no mask) for q of float16 / bfloat16 at head_dim 64 and 128.
+// As decode_attention_mma_cuda.cuh does for 16-bit caches, the query heads of one kv head (up to 16)
+// are the M side of mma.sync.m16n8k16, so each code is read and converted once for all of them (the
+// CUDA-core kernel converts and multiplies every code once per query head: 0.27-0.45x cuDNN's fp16
+// speed for GQA 32/8, docs/QUANTIZED_CACHE.md). Block = 4 warps, one (entry, kv head, chunk of 16
+// query heads, split of the keys); tiles of 64 keys' codes (half the bytes of a 16-bit tile) and
+// their int8 scales go to shared memory by cp.async, 3 or 4 stages deep; warp w takes keys
+// [16w, 16w + 16) of every tile with its own online softmax; the warps merge at the end and write the
+// split's partial state (kv_quant_attention_cuda.cuh), which merge_kernel finishes.
+//
+// Codes become 16-bit MMA operands in registers, straight from shared memory (ldmatrix moves 16-bit
+// elements only), in orders that need no shuffles:
+//  * S = Q K^T: the dims of k16 step ks, lane quad t, are 64 (ks / 4) + 16 t + 4 (ks % 4) + 0..3 for
+//    Q and K alike (a permutation of the dot product's terms), so one 16-byte load of a key gives a
+//    lane four steps' B fragments.
+//  * O += P V: the B fragment pairs two keys at one dim. A lane reads D/8 codes of each of its keys
+//    2t, 2t+1, 2t+8, 2t+9 and interleaves pairs with byte permutes; column n of n8 tile dn is dim
+//    (D/8) n + dn, undone where the output is written.
+// Scales never touch the codes: fp8's per-head K scale joins the softmax scale and its V scale the
+// output; int8's per-token K scale multiplies the float32 scores column-wise after the MMA, its
+// per-token V scale multiplies P before P V, relative to U, the largest V scale the warp has seen
+// (a running maximum that rescales O like the softmax maximum does), so P stays in [0, 1]: no 16-bit
+// overflow whatever the scales. P is rounded to 16 bits as in the 16-bit kernel; all else is float32.
+#ifdef __CUDACC__
+#ifdef PADDLE_VTENSOR_WITH_CUDA
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../core/cuda_check.h"
+#include "decode_attention_mma_cuda.cuh"  // mma_16816, pack2, the cp.async helpers
+#include "kv_quant_attention_cuda.cuh"
+
+namespace pvt {
+namespace quant_cuda {
+namespace {
+
+using decode_cuda::cp_async16;
+using decode_cuda::cp_async_commit;
+using decode_cuda::cp_async_wait;
+using decode_cuda::mma_16816;
+using decode_cuda::pack2;
+
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+
+template <int D>
+__host__ __device__ constexpr int stages() {
+  return D == 64 ? 4 : 3;  // ~50 KB of tiles a block either way (3 blocks an SM, by registers)
+}
+template <int D>
+__host__ __device__ constexpr int stage_bytes() {
+  return 2 * kMmaTileKeys * D + 2 * kMmaTileKeys * 4;  // K codes, V codes, K scales, V scales
+}
+template <int D>
+__host__ __device__ constexpr int smem_bytes() {
+  return stages<D>() * stage_bytes<D>();
+}
+
+// Byte offset of 16-byte chunk c of tile key `key` (rows of D codes), XOR-swizzled so that neither
+// the K reads (keys 2p, 2p + 1 x chunks 4kg + 0..3 in one quarter warp) nor the V reads (keys
+// 2t + c, t = 0..3 x chunks 2p, 2p + 1) meet in a bank at D = 128 (2-way for V at D = 64).
+template <int D>
+__device__ __forceinline__ int chunk_at(int key, int c) {
+  constexpr int CH = D / 16;
+  return key * D + 16 * (c ^ ((((key & 1) << 2) ^ (key & 6)) & (CH - 1)));
+}
+
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool pred) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = pred ? 4 : 0;  // 0: a zero, nothing read
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+#else
+  *static_cast<float*>(smem) = pred ? __ldg(static_cast<const float*>(gmem)) : 0.f;
+#endif
+}
+
+// Codes 2i and 2i + 1 of w (bytes, the lower one first) as one register of two T values, exact.
+template <typename T, KvQuant kKind, int i>
+__device__ __forceinline__ uint32_t code_pair(uint32_t w) {
+  if constexpr (kKind == KvQuant::kInt8 && std::is_same_v<T, __half>) {
+    // (b ^ 0x80) into the mantissa of 1024 (half 0x6400): 1024 + b + 128; minus 1152 (0x6480).
+    const uint32_t x = __byte_perm(w ^ 0x80808080u, 0x64646464u, i == 0 ? 0x4140 : 0x4342);
+    const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&x), __half2half2(__ushort_as_half(0x6480)));
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else if constexpr (kKind == KvQuant::kInt8) {
+    return pack2<T>(static_cast<float>(static_cast<int8_t>(w >> (16 * i))),
+                    static_cast<float>(static_cast<int8_t>(w >> (16 * i + 8))));
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * i)), __NV_E4M3);
+    if constexpr (std::is_same_v<T, __half>) {
+      return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+    } else {
+      const float2 f = __half22float2(__half2(h));
+      return pack2<T>(f.x, f.y);
+    }
+#else
+    return pack2<T>(kv_quant::fp8_e4m3_decode(static_cast<uint8_t>(w >> (16 * i))),
+                    kv_quant::fp8_e4m3_decode(static_cast<uint8_t>(w >> (16 * i + 8))));
+#endif
+  }
+}
+
+template <typename T, KvQuant kKind, int D>
+__global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentionParams p, const Launch l, float* ws) {
+  constexpr int KS = D / 16, NT = D / 8, VB = D / 8, CH = D / 16, STAGES = stages<D>();
+  constexpr int kPasses = kMmaTileKeys * CH / kThreads;  // 16-byte chunks of K (and of V) a thread copies a tile
+  constexpr bool kPerToken = kKind == KvQuant::kInt8;
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(kThreads % CH == 0 && kMmaTileKeys * CH % kThreads == 0 && kThreads == 2 * kMmaTileKeys, "copy shape");
+  static_assert((kWarps * kMmaHeads * D + 2 * kWarps * kMmaHeads) * 4 <= smem_bytes<D>(), "the merge fits the tiles");
+  extern __shared__ __align__(16) uint8_t smem[];
+
+  const DecodeAttentionParams& a = p.attn;
+  const int64_t b = blockIdx.z;
+  const int chunks = (l.group + kMmaHeads - 1) / kMmaHeads;
+  const int hk = static_cast<int>(blockIdx.y) / chunks;                       // kv head
+  const int h0 = (static_cast<int>(blockIdx.y) - hk * chunks) * kMmaHeads;     // first query head of the chunk, in the group
+  const int rows = l.group - h0 < kMmaHeads ? l.group - h0 : kMmaHeads;
+  const int split = static_cast<int>(blockIdx.x);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const EntryView e = entry_of(a, b);
+  const int64_t s0 = split * l.keys_per_split;
+  const int64_t s1 = e.n < s0 + l.keys_per_split ? e.n : s0 + l.keys_per_split;
+  const int n_tiles = s1 > s0 ? static_cast<int>((s1 - s0 + kMmaTileKeys - 1) / kMmaTileKeys) : 0;  // 32-bit: cheap % STAGES
+
+  const uint8_t* kb = static_cast<const uint8_t*>(a.k) + e.row * a.k_stride[1] + hk * a.k_stride[2];
+  const uint8_t* vb = static_cast<const uint8_t*>(a.v) + e.row * a.v_stride[1] + hk * a.v_stride[2];
+  const float* ksb = p.k_scale + e.row * p.k_scale_stride[1] + hk * p.k_scale_stride[2];
+  const float* vsb = p.v_scale + e.row * p.v_scale_stride[1] + hk * p.v_scale_stride[2];
+  auto tile_k = [&](int st) { return smem + st * stage_bytes<D>(); };
+  auto tile_v = [&](int st) { return tile_k(st) + kMmaTileKeys * D; };
+  auto scale_k = [&](int st) { return reinterpret_cast<float*>(tile_v(st) + kMmaTileKeys * D); };
+  auto scale_v = [&](int st) { return scale_k(st) + kMmaTileKeys; };
+
+  // Thread: chunk column ch of keys key0 + it * (kThreads / CH); for int8, one scale (K: threads 0-63).
+  const int ch = static_cast<int>(threadIdx.x) % CH, key0 = static_cast<int>(threadIdx.x) / CH;
+  auto load_tile = [&](int i, int st) {
+    const int64_t t0 = s0 + static_cast<int64_t>(i) * kMmaTileKeys, left = s1 - t0;  // keys of the tile inside the split
+#pragma unroll
+    for (int it = 0; it < kPasses; ++it) {
+      const int key = key0 + it * (kThreads / CH);
+      const bool ok = key < left;  // past the split: zeros, masked below
+      cp_async16(tile_k(st) + chunk_at<D>(key, ch), ok ? kb + (t0 + key) * a.k_stride[0] + 16 * ch : kb, ok);
+      cp_async16(tile_v(st) + chunk_at<D>(key, ch), ok ? vb + (t0 + key) * a.v_stride[0] + 16 * ch : vb, ok);
+    }
+    if constexpr (kPerToken) {
+      const int key = static_cast<int>(threadIdx.x) % kMmaTileKeys;
+      const bool ok = key < left, is_v = threadIdx.x >= kMmaTileKeys;
+      const float* src = is_v ? vsb + (t0 + key) * p.v_scale_stride[0] : ksb + (t0 + key) * p.k_scale_stride[0];
+      cp_async4((is_v ? scale_v(st) : scale_k(st)) + key, ok ? src : ksb, ok);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < n_tiles) {
+      load_tile(st, st);
+    } else {
+      cp_async_commit();  // one group per slot, so that the wait counts stay the same
+    }
+  }
+
+  // Q as the A operand (rows g and g + 8 of the chunk, dims in the permuted order above), while the
+  // first tiles fly; zeros for rows that are not query heads of this entry.
+  uint32_t qa[KS][4];
+  {
+    const T* q = static_cast<const T*>(a.q);
+    const int64_t row_stride = a.cu_seqlens_q ? a.q_stride[1] : a.q_stride[0];
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      const int r = g + 8 * hi;
+      const bool live = r < rows && e.q_row >= 0;
+      const T* qr = q + (live ? e.q_row * row_stride + (static_cast<int64_t>(hk) * l.group + h0 + r) * a.q_stride[2] : 0);
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        const int d0 = 64 * (ks / 4) + 16 * t + 4 * (ks % 4);
+        float x[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) x[j] = live ? cuda_float::to_float(qr[(d0 + j) * a.q_stride[3]]) : 0.f;
+        qa[ks][hi] = pack2<T>(x[0], x[1]);
+        qa[ks][2 + hi] = pack2<T>(x[2], x[3]);
+      }
+    }
+  }
+
+  // Scores in the log2 domain; fp8's per-head scales: K's here, V's on the output.
+  float scale2 = a.scale * kLog2e, out_factor = 1.f;
+  if constexpr (!kPerToken) {
+    scale2 *= __ldg(ksb);
+    out_factor = __ldg(vsb);
+  }
+  float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f}, U = 0.f;
+  float o[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+
+  const int kw = warp * 16;  // the warp's first key in every tile
+  for (int i = 0; i < n_tiles; ++i) {
+    cp_async_wait<STAGES - 2>();  // tile i has landed
+    __syncthreads();              // ... for every thread; and every warp is done with tile i - 1
+    const int next = i + STAGES - 1;
+    if (next < n_tiles) {
+      load_tile(next, next % STAGES);
+    } else {
+      cp_async_commit();
+    }
+    const int st = i % STAGES;
+    const int64_t ahead = s1 - (s0 + static_cast<int64_t>(i) * kMmaTileKeys + kw);
+    const int visible = ahead <= 0 ? 0 : ahead >= 16 ? 16 : static_cast<int>(ahead);
+    if (visible == 0) continue;  // warp-uniform (only a split's last tile)
+
+    // S = Q K^T over the warp's 16 keys (two n8 tiles): key kw + nt * 8 + g per lane.
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int key = kw + nt * 8 + g;
+#pragma unroll
+      for (int kg = 0; kg < D / 64; ++kg) {
+        const uint4 w4 = *reinterpret_cast<const uint4*>(tile_k(st) + chunk_at<D>(key, 4 * kg + t));
+        const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_16816<T>(s[nt], qa[4 * kg + j], code_pair<T, kKind, 0>(w[j]), code_pair<T, kKind, 1>(w[j]));
+      }
+    }
+    // This lane's columns are keys kw + nt * 8 + 2t + j; rows g (s[.][0..1]) and g + 8 (s[.][2..3]).
+    float kf[2][2] = {{scale2, scale2}, {scale2, scale2}}, pf[2][2] = {{1.f, 1.f}, {1.f, 1.f}}, cv = 1.f;
+    if constexpr (kPerToken) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float2 ksc = *reinterpret_cast<const float2*>(scale_k(st) + kw + nt * 8 + 2 * t);
+        const float2 vsc = *reinterpret_cast<const float2*>(scale_v(st) + kw + nt * 8 + 2 * t);
+        kf[nt][0] = scale2 * ksc.x, kf[nt][1] = scale2 * ksc.y;
+        pf[nt][0] = vsc.x, pf[nt][1] = vsc.y;
+      }
+      float vmax = fmaxf(fmaxf(pf[0][0], pf[0][1]), fmaxf(pf[1][0], pf[1][1]));
+      vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 1));
+      vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 2));  // the warp's 16 keys
+      if (vmax > U) {
+        cv = U / vmax;
+        U = vmax;
+      }
+      const float inv = U > 0.f ? 1.f / U : 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) pf[nt][0] *= inv, pf[nt][1] *= inv;
+    }
+    float corr[2];
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          float& x = s[nt][2 * hi + j];
+          x = nt * 8 + 2 * t + j < visible ? x * kf[nt][j] : -INFINITY;
+          mx = fmaxf(mx, x);
+        }
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[hi], mx);
+      const float c = m_new == -INFINITY ? 1.f : exp2f(m[hi] - m_new);
+      corr[hi] = c * cv;  // O also rescales when U grew
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          float& x = s[nt][2 * hi + j];
+          x = m_new == -INFINITY ? 0.f : exp2f(x - m_new);
+          sum += x;
+        }
+      }
+      lsum[hi] = lsum[hi] * c + sum;  // this lane's share; the sum of P, without V scales
+      m[hi] = m_new;
+    }
+    if (corr[0] != 1.f || corr[1] != 1.f) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
+      }
+    }
+    // O += P V: P (times int8's V scales over U) as the A operand straight from the scores.
+    const uint32_t pa[4] = {pack2<T>(s[0][0] * pf[0][0], s[0][1] * pf[0][1]), pack2<T>(s[0][2] * pf[0][0], s[0][3] * pf[0][1]),
+                            pack2<T>(s[1][0] * pf[1][0], s[1][1] * pf[1][1]), pack2<T>(s[1][2] * pf[1][0], s[1][3] * pf[1][1])};
+    uint32_t vw[4][VB / 4];  // keys 2t, 2t + 1, 2t + 8, 2t + 9: codes VB g .. VB g + VB - 1
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int key = kw + 2 * t + (r & 1) + 8 * (r >> 1);
+      if constexpr (VB == 16) {
+        const uint4 x = *reinterpret_cast<const uint4*>(tile_v(st) + chunk_at<D>(key, g));
+        vw[r][0] = x.x, vw[r][1] = x.y, vw[r][2] = x.z, vw[r][3] = x.w;
+      } else {
+        const uint2 x = *reinterpret_cast<const uint2*>(tile_v(st) + chunk_at<D>(key, g >> 1) + 8 * (g & 1));
+        vw[r][0] = x.x, vw[r][1] = x.y;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < VB / 4; ++j) {
+      // [k0.b0, k1.b0, k0.b1, k1.b1] and [k0.b2, k1.b2, k0.b3, k1.b3]: dims 4j .. 4j + 3 as key pairs.
+      const uint32_t lo01 = __byte_perm(vw[0][j], vw[1][j], 0x5140), hi01 = __byte_perm(vw[0][j], vw[1][j], 0x7362);
+      const uint32_t lo89 = __byte_perm(vw[2][j], vw[3][j], 0x5140), hi89 = __byte_perm(vw[2][j], vw[3][j], 0x7362);
+      mma_16816<T>(o[4 * j + 0], pa, code_pair<T, kKind, 0>(lo01), code_pair<T, kKind, 0>(lo89));
+      mma_16816<T>(o[4 * j + 1], pa, code_pair<T, kKind, 1>(lo01), code_pair<T, kKind, 1>(lo89));
+      mma_16816<T>(o[4 * j + 2], pa, code_pair<T, kKind, 0>(hi01), code_pair<T, kKind, 0>(hi89));
+      mma_16816<T>(o[4 * j + 3], pa, code_pair<T, kKind, 1>(hi01), code_pair<T, kKind, 1>(hi89));
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the tiles' space is free for the merge
+
+  // Each row's sum over its 4 lanes, then the warps' states through shared memory, in natural dim order.
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    lsum[hi] += __shfl_xor_sync(0xffffffffu, lsum[hi], 1);
+    lsum[hi] += __shfl_xor_sync(0xffffffffu, lsum[hi], 2);
+  }
+  const float ofac = kPerToken ? U : out_factor;
+  float* sm_o = reinterpret_cast<float*>(smem);  // [kWarps][16][D]
+  float* sm_m = sm_o + kWarps * kMmaHeads * D;   // [kWarps][16]
+  float* sm_l = sm_m + kWarps * kMmaHeads;       // [kWarps][16]
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const int r = g + 8 * hi;
+    if (r >= rows) continue;
+    if (t == 0) {
+      sm_m[warp * kMmaHeads + r] = m[hi];
+      sm_l[warp * kMmaHeads + r] = lsum[hi];
+    }
+#pragma unroll
+    for (int dn = 0; dn < NT; ++dn) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) sm_o[(warp * kMmaHeads + r) * D + VB * (2 * t + j) + dn] = o[dn][2 * hi + j] * ofac;
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) {
+    const int r = idx / D, d = idx % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w * kMmaHeads + r]);
+    float sum = 0.f, acc = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float c = exp2f(sm_m[w * kMmaHeads + r] - mx);
+        sum += sm_l[w * kMmaHeads + r] * c;
+        acc += sm_o[(w * kMmaHeads + r) * D + d] * c;
+      }
+    }
+    float* out = ws + partial_at(a, l, b, static_cast<int64_t>(hk) * l.group + h0 + r, split);
+    out[2 + d] = acc;
+    if (d == 0) {
+      out[0] = mx;
+      out[1] = sum;
+    }
+  }
+}
+
+template <typename T, KvQuant kKind, int D>
+Status launch(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream) {
+  const auto kernel = mma_split_kernel<T, kKind, D>;
+  static const cudaError_t opt_in =  // above 48 KB of dynamic shared memory, once per instance
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D>());
+  PVT_CU_CHECK(opt_in);
+  const int chunks = (l.group + kMmaHeads - 1) / kMmaHeads;
+  const dim3 grid(static_cast<unsigned>(l.splits), static_cast<unsigned>(p.attn.kv_heads * chunks),
+                  static_cast<unsigned>(p.attn.batch));
+  kernel<<<grid, kThreads, smem_bytes<D>(), stream>>>(p, l, ws);
+  PVT_CU_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+template <typename T, KvQuant kKind>
+Status launch_dim(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t s) {
+  return p.attn.head_dim == 64 ? launch<T, kKind, 64>(p, l, ws, s) : launch<T, kKind, 128>(p, l, ws, s);
+}
+
+template <typename T>
+Status launch_kind(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t s) {
+  return p.kind == KvQuant::kInt8 ? launch_dim<T, KvQuant::kInt8>(p, l, ws, s)
+                                  : launch_dim<T, KvQuant::kFp8E4M3>(p, l, ws, s);
+}
+
+}  // namespace
+
+bool mma_takes(const QuantAttentionParams& p, int device_major) {
+  const ScalarType t = p.attn.dtype;
+  return p.tensor_cores && device_major >= 8 && (t == ScalarType::kFloat16 || t == ScalarType::kBFloat16) &&
+         (p.attn.head_dim == 64 || p.attn.head_dim == 128);
+}
+
+Status quant_mma_split(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream) {
+  return p.attn.dtype == ScalarType::kFloat16 ? launch_kind<__half>(p, l, ws, stream)
+                                              : launch_kind<__nv_bfloat16>(p, l, ws, stream);
+}
+
+}  // namespace quant_cuda
+}  // namespace pvt
+
+#endif  // PADDLE_VTENSOR_WITH_CUDA
+#endif  // __CUDACC__
