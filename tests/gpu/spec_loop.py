@@ -9,8 +9,10 @@ quarter of the 1 GiB head; 32000 stays whole). With a draft vocabulary the targe
 unigram prior (Env: a random model has no frequent tokens). Every model has per-layer caches [cap, B, Hkv, D]
 (a SeqMajorCache: VM reservation, chunks mapped by the host) with one length per sequence on the device (`lens`).
 Logits are float32 (fp16 GEMM, fp32 output) and argmax picks every token, in every loop, and cuBLAS reduces
-in fp32 only (allow_fp16_reduced_precision_reduction off): what keeps the one-token and the k+1-token
-forwards' ids equal at near-ties.
+in fp32 only (allow_fp16_reduced_precision_reduction off): no exact ties made by rounding the logits, and
+no fp16 split-K partials. That does not make the fp16 forwards batch-invariant: the one-token and the
+k+1-token forwards run other GEMM and attention kernels, so a row's hidden state differs in its last bits
+and a near-tie (fp32 top-2 margin below about 0.01) can still flip (docs/PERFORMANCE_H200.md section 5).
 
 The prompt: ctx - 1 tokens of random K/V in every cache (llama_loop.prompt_kv), then its last token y0
 through a one-token step of the target, which gives the first token x0. From there:
