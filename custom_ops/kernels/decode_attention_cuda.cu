@@ -180,6 +180,7 @@ Status occupancy_of(const DecodeAttentionParams& p, const Plan& plan, decode_pla
       const MmaFacts f = by_mma_head_dim(p.head_dim, [&](auto d) { return mma_facts<decltype(d)::value>(p.dtype, w, plan.mma_tiles); });
       occ->mma_resident[w == 8] = f.resident;
       occ->mma_cluster_limit[w == 8] = f.cluster_limit;
+      std::copy(f.max_clusters, f.max_clusters + kMaxClusterSplits + 1, occ->mma_max_clusters[w == 8]);
     }
     return Status::Ok();
   }

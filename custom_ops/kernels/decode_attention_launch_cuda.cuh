@@ -79,6 +79,21 @@ int query_cluster_limit(Kernel kernel, int threads, size_t smem) {
   return limit;
 }
 
+// Clusters of n blocks (1, n, 1) of `kernel` with `smem` bytes each that the device keeps resident at
+// once (cudaOccupancyMaxActiveClusters: whole clusters per GPC), or -1 where the query fails.
+template <typename Kernel>
+int query_active_clusters(Kernel kernel, int threads, size_t smem, int n) {
+  int active = 0;
+  cudaLaunchAttribute attr[2];
+  const cudaLaunchConfig_t cfg = block_launch(dim3(1, static_cast<unsigned>(n), 1), threads, smem, nullptr,
+                                              static_cast<unsigned>(n), false, attr);
+  if (cudaOccupancyMaxActiveClusters(&active, kernel, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return active;
+}
+
 // Dynamic shared memory for a launch of `kernel` that leaves room for ONE of its blocks on an SM: more
 // than half of an SM's shared memory (opting in to it once per instance), or `smem` itself where that is
 // already so (the 8-warp kernel's 196 KiB), where the device cannot give that much to one block, or where

@@ -32,11 +32,16 @@ struct Mma {
       cudaGetLastError();
       x.resident = query_resident(kernel, WARPS * 32, smem, 0);  // opts in to the shared memory first
       if (x.resident > 0) x.cluster_limit = query_cluster_limit(kernel, WARPS * 32, smem);
+      if (x.cluster_limit > 1) {  // a cluster plan is a one-block-an-SM plan: its launch's shared memory
+        for (int n = 2; n <= kMaxClusterSplits; ++n) {
+          x.max_clusters[n] = query_active_clusters(kernel, WARPS * 32, sm_exclusive(), n);
+        }
+      }
       return x;
     }();
     return f;
   }
-  static size_t sm_exclusive() {  // after facts(), which opts in to the shared memory
+  static size_t sm_exclusive() {  // opts in to more shared memory than smem: only after facts() asked about smem
     static const size_t n = sm_exclusive_smem(kernel, smem);
     return n;
   }

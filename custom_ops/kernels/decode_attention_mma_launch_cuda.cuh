@@ -25,6 +25,9 @@ struct MmaFacts {
   int resident = 0;         // blocks an SM (0: it cannot run here, e.g. too little shared memory)
   int cluster_limit = 1;    // kMaxClusterSplits where clusters of that many blocks are co-scheduled, else 1
   int query_error = 0;      // the cudaError_t of a failed attribute query (0: none), for diagnostics
+  // Clusters of n blocks (index n, 2..kMaxClusterSplits) resident at once, one block an SM
+  // (decode_plan::KernelOccupancy::mma_max_clusters); -1: not known.
+  int max_clusters[decode_plan::kMaxClusterSplits + 1] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
 };
 
 // For head dim D (one of decode_plan::mma_head_dim), dtype fp16 or bf16 (others: no instance).

@@ -114,19 +114,26 @@ int choose_mma_warps(const DecodeAttentionParams& p, const Plan& plan, const Ker
 // B=8 S=4k (2) 38.7 against 40.0. It costs more than that where a cluster's blocks, placed within one
 // GPC, are long or many: B=8 S=16k (2 splits) 135.8 against 128.3 us, B=1 S=4k (16) 14.3 against 13.6,
 // B=8 S=1k forced to 8 splits 30.5 against 23.2.
+// Only where all clusters are resident at once (max_clusters[n], when known): a cluster is placed within
+// one GPC, so fewer clusters of 4 or 8 blocks an SM each fit than SMs / n, and the rest would wait for a
+// second wave (twice the time of the merge kernel's way).
 constexpr int64_t kClusterMaxKeys = 4096;  // keys of all the splits of one cluster
-void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit) {
+bool clusters_fit(int64_t clusters, int64_t n, const int* max_clusters) {
+  return n < 2 || n > kMaxClusterSplits || max_clusters[n] < 0 || clusters <= max_clusters[n];
+}
+void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, const int* max_clusters) {
   const bool forced = options_of(p).splits > 0;
+  const int64_t clusters = p.batch * p.kv_heads * plan->row_groups;
   // A few splits more than a cluster holds (a bound a little past a round length, as a per-slot
   // cache's capacity is): `limit` slightly longer splits as one cluster instead. GQA B=1 with 1088
   // keys, when choose_splits still rounded up to 9 splits: 8 in a cluster 7.17 us against 9 through
   // the workspace 7.92 (H200). Rounding down, 1088 keys plan 8 directly; 1152-1280 keys still plan 9-10.
   if (limit > 1 && !forced && plan->splits > limit && plan->splits <= limit + limit / 4 &&
-      p.kv_len <= kClusterMaxKeys && p.batch * p.kv_heads * plan->row_groups * limit <= plan->sms) {
+      p.kv_len <= kClusterMaxKeys && clusters * limit <= plan->sms && clusters_fit(clusters, limit, max_clusters)) {
     set_splits(p, plan, limit);
   }
-  const int64_t blocks = p.batch * p.kv_heads * plan->row_groups * plan->splits;
-  plan->cluster = plan->splits > 1 && plan->splits <= limit && p.kv_len <= kClusterMaxKeys && blocks <= plan->sms;
+  plan->cluster = plan->splits > 1 && plan->splits <= limit && p.kv_len <= kClusterMaxKeys &&
+                  clusters * plan->splits <= plan->sms && clusters_fit(clusters, plan->splits, max_clusters);
 }
 
 }  // namespace
@@ -219,7 +226,7 @@ Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupanc
                                                                      plan->mma_tiles)) +
                                        " bytes of shared memory)");
     }
-    plan_cluster(p, plan, o.no_cluster ? 1 : occupancy.mma_cluster_limit[w]);
+    plan_cluster(p, plan, o.no_cluster ? 1 : occupancy.mma_cluster_limit[w], occupancy.mma_max_clusters[w]);
     // No more blocks than SMs: one an SM, kept so by their shared memory. More (B=32: 256 blocks) run
     // two an SM, as the 4-warp kernel's occupancy allows.
     plan->mma_sm_exclusive = mma_one_block_an_sm(p, *plan);

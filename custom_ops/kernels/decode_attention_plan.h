@@ -99,6 +99,12 @@ struct KernelOccupancy {
                                          // 8 warps (0: cannot run, or no such instance)
   int mma_cluster_limit[2] = {1, 1};     // kMaxClusterSplits where the device co-schedules clusters of
                                          // that many blocks of the 4- and 8-warp instance, else 1
+  // Clusters of n blocks (index n, 2..kMaxClusterSplits) of the 4- and 8-warp instance resident at once
+  // when each block has an SM to itself (launched with sm_exclusive_smem, as every cluster plan is); -1:
+  // not known (a plan then takes one wave for granted). A GPC holds whole clusters: on an H200 fewer
+  // clusters of 4 or 8 fit than SMs / n, and a grid of more clusters than fit runs in two waves.
+  int mma_max_clusters[2][kMaxClusterSplits + 1] = {{-1, -1, -1, -1, -1, -1, -1, -1, -1},
+                                                    {-1, -1, -1, -1, -1, -1, -1, -1, -1}};
 };
 
 struct Plan {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/apis.h"
 #include "kernels/append_tokens.h"
@@ -200,6 +201,7 @@ pybind11::list mma_probe() {
         d["resident"] = f.resident;
         d["cluster_limit"] = f.cluster_limit;
         d["query_error"] = f.query_error;
+        d["max_clusters"] = std::vector<int>(f.max_clusters + 2, f.max_clusters + pvt::decode_plan::kMaxClusterSplits + 1);
         out.append(d);
       }
   return out;

@@ -150,7 +150,8 @@ DecodeOptions options_for(const Case& c) {
 }
 
 // Plan one case as the launcher does: kernel, then the occupancy of the instance it picked, then grid.
-Status plan_case(const Case& c, const DecodeOptions* options, Plan* plan) {
+// max_clusters: the device's answer for clusters of every size resident at once (-1: not known).
+Status plan_case(const Case& c, const DecodeOptions* options, Plan* plan, int max_clusters = -1) {
   static int32_t lengths[64];  // never read by the planner: only whether the pointers are null
   DecodeAttentionParams p;
   p.batch = c.B; p.q_len = c.Tq; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.S;
@@ -177,6 +178,7 @@ Status plan_case(const Case& c, const DecodeOptions* options, Plan* plan) {
   occ.mma_resident[0] = 2;
   occ.mma_resident[1] = 1;
   occ.mma_cluster_limit[0] = occ.mma_cluster_limit[1] = kMaxClusterSplits;
+  for (int n = 2; n <= kMaxClusterSplits; ++n) occ.mma_max_clusters[0][n] = occ.mma_max_clusters[1][n] = max_clusters;
   return plan_grid(p, occ, plan);
 }
 
@@ -249,11 +251,28 @@ void test_errors(Report& r) {
   r.code(plan_grid(p, none, &plan), Code::kDriver, "errors.mma_not_resident");
 }
 
+// Clusters only where the device keeps all of them resident at once (KernelOccupancy::mma_max_clusters):
+// GQA 32/8 B=4 S=2k plans 4 splits a kv head, 32 clusters of 4 one-SM blocks; an H200-like answer of 30
+// such clusters resident (whole clusters per GPC) makes it the merge kernel's way, 31 x 4 fits again.
+void test_cluster_fit(Report& r) {
+  const Case c{"cluster_fit", 1, 4, 2048, 32, 8, 128, 1, 0, 0, 0, "", 0, {}, 1};
+  for (int fit : {-1, 30, 32}) {
+    const std::string n = "cluster_fit.max_clusters_" + std::to_string(fit);
+    Plan plan;
+    if (!r.ok(plan_case(c, nullptr, &plan, fit), n + ".plan")) continue;
+    r.eq(plan.mma_kernel, true, n + ".mma_kernel");
+    r.eq(plan.splits, int64_t{4}, n + ".splits");
+    r.eq(plan.cluster, fit != 30, n + ".cluster");
+    r.eq(plan.workspace_bytes, fit != 30 ? size_t{0} : size_t{4 * 128 * (128 + 2) * 4}, n + ".workspace_bytes");
+  }
+}
+
 }  // namespace
 
 int main() {
   Report r;
   test_table(r);
   test_errors(r);
+  test_cluster_fit(r);
   return r.finish();
 }
