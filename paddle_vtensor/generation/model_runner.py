@@ -167,6 +167,14 @@ def _int32_tensor(x, place, name) -> tuple[paddle.Tensor, np.ndarray | None]:
     return paddle.to_tensor(arr.astype(np.int32), place=place), arr
 
 
+def _as(x: paddle.Tensor, dtype: str, place) -> paddle.Tensor:
+    """x as dtype on place, without a cast or copy where it already is (each is an op; and Tensor.to
+    resets Python's warning registry, so a once-per-place warning of PaddleNLP's fires again)."""
+    if x.dtype != getattr(paddle, dtype):
+        x = x.astype(dtype)
+    return x if str(x.place) == str(place) else x.to(place)
+
+
 def check_token_ids(ids, vocab_size: int, fn: str) -> np.ndarray:
     """``ids`` (host token ids, any integer array or list) as int64, each checked against the
     vocabulary [0, vocab_size) before any cast: an id past it would index past the embedding table.
@@ -248,22 +256,23 @@ class SlotModelRunner:
         # Host ids are checked against the vocabulary (a device tensor would cost a read: the caller's).
         ids = input_ids if isinstance(input_ids, paddle.Tensor) else paddle.to_tensor(
             self.check_ids(input_ids, "SlotModelRunner.forward"))
-        ids = ids.astype("int64").reshape([-1])
-        if str(ids.place) != str(self.place):
-            ids = ids.to(self.place)
+        ids = _as(ids, "int64", self.place).reshape([-1])
         total = ids.shape[0]
         cu, cu_host = _int32_tensor(cu_seqlens_q, self.place, "cu_seqlens_q")
         slots, slots_host = _int32_tensor(slot_ids, self.place, "slot_ids")
-        # Token -> sequence and offset within its new tokens, computed where the lengths live.
-        row = paddle.arange(total, dtype="int64").to(self.place) if total else paddle.zeros([0], "int64")
-        seq = paddle.searchsorted(cu[1:].astype("int64"), row, right=True)
-        offset = row - paddle.gather(cu.astype("int64"), seq)
-        true_pos = paddle.gather(paddle.gather(self.cache_seqlens, slots).astype("int64"), seq) + offset
+        # Token -> sequence and offset within its new tokens, computed where the lengths live; not when a
+        # llama caller gives the positions (a speculative step's draft and verify: nine ops a forward).
+        true_pos = offset = None
+        if positions is None or fam.name == "qwen":
+            row = paddle.arange(total, dtype="int64").to(self.place) if total else paddle.zeros([0], "int64")
+            seq = paddle.searchsorted(cu[1:].astype("int64"), row, right=True)
+            offset = row - paddle.gather(cu.astype("int64"), seq)
+            true_pos = paddle.gather(paddle.gather(self.cache_seqlens, slots).astype("int64"), seq) + offset
         if positions is None:
             positions = offset if fam.name == "qwen" else true_pos
         else:
             positions = positions if isinstance(positions, paddle.Tensor) else paddle.to_tensor(np.asarray(positions, np.int64))
-            positions = positions.astype("int64").to(self.place)
+            positions = _as(positions, "int64", self.place)
         fam.positions = positions
         fam.true_positions = true_pos
         # Host-known bounds size the GPU launch (no device read): the runner's host mirror.
@@ -282,7 +291,8 @@ class SlotModelRunner:
 
         for i in range(len(fam.layers)):
             h = fam.layer(i, h, attend)
-        return fam.head(h)[0].astype("float32")
+        logits = fam.head(h)[0]
+        return logits if logits.dtype == paddle.float32 else logits.astype("float32")
 
     __call__ = forward
 

@@ -322,16 +322,21 @@ class _Loop:
         drafts = []
         feed = paddle.stack([y, x], axis=1).reshape([-1])
         per = 2
+        # Positions of the draft's tokens, once a step: [y, x] at base, base + 1, then d_j at base + j + 1.
+        base = paddle.gather(self.d.cache_seqlens, slots_dev).astype("int64") + pads
+        proposals = None
+        if self.oracle is not None:  # the proposals for output positions out_len .. out_len + k - 1, once
+            at = out_len.astype("int64")[:, None] + paddle.arange(k, dtype="int64").to(self.place)[None, :]
+            proposals = paddle.take_along_axis(paddle.gather(self.oracle, slots_dev),
+                                               paddle.clip(at, max=self.oracle.shape[1] - 1), axis=1)
         for j in range(k):
-            base = paddle.gather(self.d.cache_seqlens, slots_dev).astype("int64") + pads
-            pos = (base[:, None] + paddle.arange(per, dtype="int64").to(self.place)[None, :]).reshape([-1])
+            pos = (base[:, None] + paddle.arange(2, dtype="int64").to(self.place)[None, :]).reshape([-1]) if j == 0 \
+                else base + (j + 1)
             cu = np.arange(0, m * per + 1, per, dtype=np.int32)
             logits = self.d.forward(feed, cu, slots, pos)
-            nxt = logits.reshape([m, per, -1])[:, -1].argmax(axis=-1).astype("int64")
-            if self.oracle is not None:  # the proposal for output position out_len + j instead
-                rows = paddle.gather(self.oracle, slots_dev)
-                at = paddle.clip(out_len.astype("int64") + j, max=rows.shape[1] - 1)
-                nxt = paddle.take_along_axis(rows, at[:, None], axis=1)[:, 0]
+            nxt = logits.reshape([m, per, -1])[:, -1].argmax(axis=-1)  # int64
+            if proposals is not None:  # the proposal for output position out_len + j instead
+                nxt = proposals[:, j]
             self.d.advance(slots, np.full(m, per, np.int32))
             drafts.append(nxt)
             feed, per = nxt, 1

@@ -2,9 +2,17 @@
 
 Target: llama_loop.py's model (Llama-2-7B dimensions, or the Llama-3-8B-like GQA variant with 8 kv heads;
 fp16, random weights, no rotary embedding, as there) with an embedding and an lm_head (vocab 32000, or
-128256 with 8 kv heads). Draft: the target's first --draft-layers layers (shared weights, shared embedding
-and head, their own caches). Every model has per-layer caches [cap, B, Hkv, D] (a SeqMajorCache: VM
-reservation, chunks mapped by the host) with one length per sequence on the device (`lens`).
+128256 with 8 kv heads). Draft, EAGLE-3's shape: EAGLE's fc ([embedding, feature] -> hidden), the target's
+first --draft-layers layers (default 1; shared weights and embedding, their own caches) and an output layer
+over the --draft-vocab most frequent tokens (default 32768, FR-Spec / EAGLE-3: 128256 -> 32768 reads a
+quarter of the 1 GiB head; 32000 stays whole). With a draft vocabulary the target's logits get a fixed
+unigram prior (Env: a random model has no frequent tokens). Every model has per-layer caches [cap, B, Hkv, D]
+(a SeqMajorCache: VM reservation, chunks mapped by the host) with one length per sequence on the device (`lens`).
+Logits are float32 (fp16 GEMM, fp32 output) and argmax picks every token, in every loop, and cuBLAS reduces
+in fp32 only (allow_fp16_reduced_precision_reduction off): no exact ties made by rounding the logits, and
+no fp16 split-K partials. That does not make the fp16 forwards batch-invariant: the one-token and the
+k+1-token forwards run other GEMM and attention kernels, so a row's hidden state differs in its last bits
+and a near-tie (fp32 top-2 margin below about 0.01) can still flip (docs/PERFORMANCE_H200.md section 5).
 
 The prompt: ctx - 1 tokens of random K/V in every cache (llama_loop.prompt_kv), then its last token y0
 through a one-token step of the target, which gives the first token x0. From there:
@@ -20,6 +28,8 @@ through a one-token step of the target, which gives the first token x0. From the
                   then y = [x, d..][a], x = g_a
   oracle  the draft proposes, at output position o of sequence b, the plain run's token there with
           probability p (a seeded coin per (b, o)), else a token that differs: acceptance is p per position.
+          Proposals stay inside the draft vocabulary: a plain token outside it is never proposed, so the
+          coin for the others is p / coverage (set_oracle); the acceptance is measured either way.
   self    the draft is the target itself (all layers, its own caches): acceptance must be exactly 1.
 The host replays as many steps as every unfinished sequence still certainly needs ((N - out_len) / (k + 1),
 at least 1), maps every cache up to max(lens) + steps * (k + 1) before them, then reads the finished
@@ -27,7 +37,8 @@ flags (one read); torch.cuda.set_sync_debug_mode counts the reads during the tim
 
 (b) static: llama_loop.run's static-cache loop (eager SDPA over a preallocated cache; layers only).
 Usage: python3 tests/gpu/spec_loop.py OUT.json [--kv-heads 32|8] [--batches 1,8,32] [--ks 2,4,6] [--new 64]
-       [--ctx 4096] [--draft-layers 2] [--fp32-check] [--capi]
+       [--ps 0.5,0.7,0.8,0.9,1.0] [--ctx 4096] [--draft-layers 1] [--draft-vocab 32768] [--draft-fc 1|0]
+       [--fp32-check] [--capi]
   --capi: the extension's functions from build/spec_capi/libpvt_spec.so (pvt_capi.py) instead of build.load()
        python3 tests/gpu/spec_loop.py OUT.json --tiny-cpu     (no GPU: tiny fp32 model, torch references
                                                               for the attention and the accept kernel)
@@ -49,23 +60,74 @@ def set_shape(layers, hid, mlp, heads, head_dim, dtype, dev):
     ll.L, ll.HID, ll.MLP, ll.H, ll.D, ll.dt, ll.dev = layers, hid, mlp, heads, head_dim, dtype, dev
 
 
-class Env:
-    """What every model of one run shares: weights, the vocabulary, the extension (None: CPU references)."""
+ZIPF_ALPHA = 0.3  # the target's token-frequency prior: logit bias -ZIPF_ALPHA * ln(1 + token id)
 
-    def __init__(self, ext, kvh, vocab, seed=0):
-        self.ext, self.kvh, self.vocab = ext, kvh, vocab
+
+class Env:
+    """What every model of one run shares: weights, the vocabulary, the extension (None: CPU references).
+
+    draft_vocab < vocab (EAGLE-3 / FR-Spec): the draft's output layer covers only the draft_vocab most
+    frequent tokens, here ids 0..draft_vocab-1, so a token outside them is never proposed. A random
+    target has no frequent tokens (its greedy tokens are uniform over the vocabulary: a quarter of 128k
+    would cover a quarter of them), so with a draft vocabulary the target gets a fixed unigram prior,
+    a logit bias -ZIPF_ALPHA * ln(1 + id), as a trained model's output layer has one; the draft
+    vocabulary's coverage of the plain run's tokens is measured and reported (draft_vocab_coverage)."""
+
+    def __init__(self, ext, kvh, vocab, draft_vocab, draft_fc, seed=0):
+        self.ext, self.kvh, self.vocab, self.draft_vocab = ext, kvh, vocab, draft_vocab
         self.W = ll.weights(kvh)
         g = torch.Generator(device=ll.dev).manual_seed(seed + 7)
         self.emb = torch.randn(vocab, ll.HID, device=ll.dev, dtype=ll.dt, generator=g)
         self.head = torch.randn(ll.HID, vocab, device=ll.dev, dtype=ll.dt, generator=g) * ll.HID ** -0.5
+        self.prior = None
+        if draft_vocab < vocab:
+            self.prior = -ZIPF_ALPHA * torch.log1p(torch.arange(vocab, device=ll.dev, dtype=torch.float32))
+        # The draft's own output layer: a copy of the first draft_vocab columns (read contiguously).
+        self.draft_head = self.head[:, :draft_vocab].contiguous() if draft_vocab < vocab else self.head
+        self.draft_prior = None if self.prior is None else self.prior[:draft_vocab].contiguous()
+        # EAGLE's input fusion, [embedding, feature] -> hidden, one GEMM a draft forward (its cost).
+        self.fc = (torch.randn(2 * ll.HID, ll.HID, device=ll.dev, dtype=ll.dt, generator=g) * (2 * ll.HID) ** -0.5
+                   if draft_fc else None)
+
+
+def mm_out_f32_works():
+    """Whether this torch has mm(fp16, fp16, out_dtype=float32) (cuBLAS with an fp32 output)."""
+    a = torch.ones(2, 8, device=ll.dev, dtype=ll.dt)
+    try:
+        return bool(torch.mm(a, a.t(), out_dtype=torch.float32).dtype == torch.float32)
+    except (TypeError, RuntimeError):
+        return False
+
+
+_F32_HEADS = {}  # without out_dtype: an fp32 copy of each output layer (twice its bytes a forward)
+
+
+def logits_f32(h, head):
+    """h [M, HID] @ head in float32 (fp16 inputs, fp32 output: no fp16 rounding of the logits, so a
+    near-tie is not made an exact tie that the two loops break differently)."""
+    if h.dtype == torch.float32:
+        return h @ head
+    if "out_dtype" not in _F32_HEADS:
+        _F32_HEADS["out_dtype"] = mm_out_f32_works()
+        print(f"fp32 logits through mm(out_dtype=float32): {_F32_HEADS['out_dtype']}", flush=True)
+    if _F32_HEADS["out_dtype"]:
+        return torch.mm(h, head, out_dtype=torch.float32)
+    if head.data_ptr() not in _F32_HEADS:
+        _F32_HEADS[head.data_ptr()] = head.float()
+    return h.float() @ _F32_HEADS[head.data_ptr()]
 
 
 class Stack:
     """Some layers of the model over their own caches [cap, B, Hkv, D], one length per sequence (lens,
     int32 on the device: tokens in the cache before the next forward)."""
 
-    def __init__(self, env, layers, B, cap, ctx, max_tq):
+    def __init__(self, env, layers, B, cap, ctx, max_tq, draft=False):
         self.env, self.layers, self.B, self.cap = env, layers, B, cap
+        # A draft: its own output layer (env.draft_head: the draft vocabulary) and EAGLE's fc over
+        # [embedding, its last hidden state] (feat; the target's features in EAGLE, a cost stand-in here).
+        self.head, self.prior = (env.draft_head, env.draft_prior) if draft else (env.head, env.prior)
+        self.fc = env.fc if draft else None
+        self.feat = torch.zeros(B, ll.HID, device=ll.dev, dtype=ll.dt) if self.fc is not None else None
         kvh, ext = env.kvh, env.ext
         self.caches, self.views = [], []
         for i in range(len(layers)):
@@ -97,8 +159,8 @@ class Stack:
             c.reserve(end)
 
     def forward(self, ids):
-        """ids int64 [B, T] -> logits [B, T, vocab] in the model dtype; writes the tokens' K/V at lens + t
-        (lens is not advanced: the caller does, by what it keeps)."""
+        """ids int64 [B, T] -> float32 logits [B, T, this stack's vocabulary]; writes the tokens' K/V at
+        lens + t (lens is not advanced: the caller does, by what it keeps)."""
         B, T = ids.shape
         env = self.env
         pos = (self.lens.long()[:, None] + torch.arange(T, device=ll.dev)[None]).reshape(-1)
@@ -117,9 +179,17 @@ class Stack:
             return attend
 
         x = env.emb[ids.reshape(-1)]
+        if self.fc is not None:
+            feat = self.feat[:, None].expand(B, T, ll.HID).reshape(B * T, ll.HID)
+            x = torch.cat([x, feat], 1) @ self.fc
         for i, w in enumerate(self.layers):
             x = ll.layer(x, w, make(i), env.kvh, T)
-        return (ll.rms_norm(x) @ env.head).view(B, T, -1)
+        if self.feat is not None:
+            self.feat.copy_(x.view(B, T, -1)[:, -1])
+        z = logits_f32(ll.rms_norm(x), self.head)
+        if self.prior is not None:
+            z = z + self.prior
+        return z.view(B, T, -1)
 
 
 def reference_attention(q, K, V, lens, kvh):
@@ -195,7 +265,7 @@ class Run:
         self.env, self.B, self.ctx, self.N = env, B, ctx, N
         self.cap = ctx + N + 2 * kmax + 8
         self.tgt = Stack(env, env.W, B, self.cap, ctx, kmax + 1)
-        self.drf = Stack(env, env.W[:draft_layers], B, self.cap, ctx, 2)
+        self.drf = Stack(env, env.W[:draft_layers], B, self.cap, ctx, 2, draft=True)
         self.self_drf = Stack(env, env.W, B, self.cap, ctx, 2) if self_draft else None
         for s in self.stacks():
             s.reserve(ctx + 1)
@@ -203,7 +273,7 @@ class Run:
         self.y0 = torch.randint(2, env.vocab, (B,), device=ll.dev, generator=g)
         # The prompt's last token through the target: its K/V at ctx - 1 and the first token x0.
         with torch.no_grad():
-            self.x0 = self.tgt.forward(self.y0[:, None])[:, 0].float().argmax(-1)
+            self.x0 = self.tgt.forward(self.y0[:, None])[:, 0].argmax(-1)
         self.tgt.lens.fill_(ctx)
         self.graphs = Graphs()
 
@@ -226,8 +296,9 @@ class Run:
             col.fill_(1)
 
         def step():
-            top = tgt.forward(x[:, None])[:, 0].float().topk(2, dim=-1)
-            g = top.indices[:, 0]
+            z = tgt.forward(x[:, None])[:, 0]
+            g = z.argmax(-1)  # as the verify picks (topk's order among equal values is not argmax's)
+            top = z.topk(2, dim=-1)
             out.index_copy_(1, col, g[:, None])
             margin.index_copy_(1, col, (top.values[:, 0] - top.values[:, 1])[:, None])
             tgt.lens.add_(1)
@@ -277,13 +348,15 @@ class Run:
             out_len.fill_(1)
             for t in (fin, acc_sum, seq_steps, flag):
                 t.zero_()
+            if drf.feat is not None:
+                drf.feat.zero_()
 
         def draft():
             idx = (out_len.long()[:, None] + ar[None]).clamp(max=N + k)
             oracle = table.gather(1, idx)
             feed = torch.stack([y, x], 1)
             for j in range(k):
-                own = drf.forward(feed)[:, -1].float().argmax(-1)
+                own = drf.forward(feed)[:, -1].argmax(-1)
                 drafts[:, j] = torch.where(use_oracle, oracle[:, j], own)
                 drf.lens.add_((fin == 0).int() * feed.shape[1])  # a finished sequence's lengths stay
                 feed = drafts[:, j:j + 1]
@@ -291,7 +364,7 @@ class Run:
         def verify():
             ver[:, 0] = x
             ver[:, 1:] = drafts
-            tt.copy_(tgt.forward(ver).float().argmax(-1))
+            tt.copy_(tgt.forward(ver).argmax(-1))
 
         def accept():
             seq_steps.add_((fin == 0).sum())
@@ -310,11 +383,12 @@ class Run:
         phases = [self.graphs.capture(fn, reset) for fn in (draft, verify, accept)]
         results = []
         for name, p in rows:
-            self.set_oracle(table, p, k)
+            coverage = self.set_oracle(table, p, k)
             use_oracle.fill_(p is not None)
             reset()
             r = self.timed_spec(k, phases, drf, out_len, fin)
-            r.update(name=name, k=k, p=p, draft_layers=len(drf.layers))
+            r.update(name=name, k=k, p=p, draft_layers=len(drf.layers), draft_vocab=drf.head.shape[1],
+                     draft_vocab_coverage=coverage)
             acc_total, seq = int(acc_sum.item()), int(seq_steps.item())
             assert int(flag.item()) == 0, f"accept kernel error flag {int(flag.item())}"
             r["mean_accepted"] = round(acc_total / seq, 3)
@@ -325,16 +399,22 @@ class Run:
         return results
 
     def set_oracle(self, table, p, k):
-        """table[b, o] = plain token at o with probability p (seeded per (b, o)), else one that differs."""
+        """table[b, o] = the plain token at o with probability p overall (seeded per (b, o)), else a token
+        that differs; every proposal is inside the draft vocabulary (ids < V). A plain token outside it is
+        never proposed, so the coin for the others is p / coverage (capped at 1): the acceptance is p
+        where the vocabulary covers p of the plain tokens, and the acceptance measured is what counts.
+        Returns the coverage (plain tokens 1..N-1 inside the draft vocabulary; 1.0 without one)."""
         if p is None:
-            return
-        B, N = self.B, self.N
-        g = torch.Generator(device=ll.dev).manual_seed(1234)
-        coin = torch.rand(B, N + k + 1, device=ll.dev, generator=g) < p
-        wrong = torch.randint(1, self.env.vocab, (B, N + k + 1), device=ll.dev, generator=g)
+            return None
+        B, N, V = self.B, self.N, self.drf.head.shape[1]
         truth = torch.zeros(B, N + k + 1, dtype=torch.int64, device=ll.dev)
         truth[:, :N] = self.plain_ids
-        table.copy_(torch.where(coin, truth, (truth + wrong) % self.env.vocab))
+        coverage = float((self.plain_ids[:, 1:] < V).float().mean())
+        g = torch.Generator(device=ll.dev).manual_seed(1234)
+        coin = torch.rand(B, N + k + 1, device=ll.dev, generator=g) < min(1.0, p / max(coverage, 1e-9))
+        wrong = torch.randint(1, V, (B, N + k + 1), device=ll.dev, generator=g)
+        table.copy_(torch.where(coin & (truth < V), truth, (truth % V + wrong) % V))
+        return round(coverage, 4)
 
     def timed_spec(self, k, phases, drf, out_len, fin):
         B, N, tgt = self.B, self.N, self.tgt
@@ -407,7 +487,7 @@ def static_baseline(ext, W, kvh, B, ctx):
 
 def short(r):
     """One line of a row for the log."""
-    keys = ("B", "name", "k", "tok_s", "speedup_vs_plain", "mean_accepted", "verify_ms_median", "draft_ms_median",
+    keys = ("B", "name", "k", "tok_s", "speedup_vs_plain", "mean_accepted", "acceptance_rate", "draft_vocab_coverage", "verify_ms_median", "draft_ms_median",
             "plain_ms_per_step", "steps", "host_checks", "syncs_seen", "ids_equal_seqs", "seqs")
     return " ".join(f"{key}={r[key]}" for key in keys if key in r) + (f" diffs={r['first_diffs'][:2]}" if r.get("first_diffs") else "")
 
@@ -418,19 +498,26 @@ def main():
     arg = lambda name, default: type(default)(args[args.index(name) + 1]) if name in args else default  # noqa: E731
     tiny, fp32 = "--tiny-cpu" in args, "--fp32-check" in args
     kvh = arg("--kv-heads", 32)
+    # The draft (EAGLE-3's shape): draft_layers target-shaped layers behind EAGLE's fc, and an output
+    # layer over the draft_vocab most frequent tokens (Env).
+    draft_layers, draft_vocab, draft_fc = arg("--draft-layers", 1), arg("--draft-vocab", 32768), arg("--draft-fc", 1)
     if tiny:
         set_shape(4, 128, 256, 4, 32, torch.float32, "cpu")
         kvh, vocab, ctx, N = 2, 256, 32, 24
-        batches, ks, ps, draft_layers = (1, 3), (2, 4), (0.5, 1.0), 1
+        batches, ks, ps, draft_layers, draft_vocab = (1, 3), (2, 4), (0.5, 1.0), 1, arg("--draft-vocab", 128)
         ext = None
     else:
         vocab, ctx, N = (32000 if kvh == 32 else 128256), arg("--ctx", 4096), arg("--new", 64)
         batches = tuple(int(b) for b in arg("--batches", "1,8,32").split(","))
         ks = tuple(int(k) for k in arg("--ks", "2,4,6").split(","))
-        ps, draft_layers = (0.5, 0.7, 0.8, 0.9, 1.0), arg("--draft-layers", 2)
+        ps = tuple(float(p) for p in arg("--ps", "0.5,0.7,0.8,0.9,1.0").split(","))
         if fp32:  # a small fp32 model (GQA 8/2): ids must equal the plain run's exactly
             set_shape(4, 1024, 2816, 8, 128, torch.float32, "cuda")
             kvh, vocab, ctx, N, batches, ks, ps = 2, 4096, 512, 48, (4,), (4,), (0.7,)
+            draft_vocab = arg("--draft-vocab", 1024)
+        # Every reduction in fp32: cuBLAS may otherwise reduce split-K partials in fp16, which rounds a
+        # row's result differently for the plain step's B rows and the verify's B (k + 1) (other kernels).
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
         if "--capi" in args:  # the library built without a GPU (spec_capi_build.sh), nothing compiled here
             from pvt_capi import CApi
             ext = CApi()
@@ -438,10 +525,12 @@ def main():
             import build
             ext = build.load()
     torch.manual_seed(0)
-    env = Env(ext, kvh, vocab)
+    draft_vocab = min(draft_vocab, vocab)
+    env = Env(ext, kvh, vocab, draft_vocab, bool(draft_fc))
     rows = []
     doc = {"kv_heads": kvh, "vocab": vocab, "ctx": ctx, "new_tokens": N, "layers": ll.L, "hidden": ll.HID,
            "heads": ll.H, "head_dim": ll.D, "mlp": ll.MLP, "dtype": str(ll.dt), "draft_layers": draft_layers,
+           "draft_vocab": draft_vocab, "draft_fc": bool(draft_fc), "zipf_alpha": ZIPF_ALPHA if draft_vocab < vocab else None,
            "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "rows": rows}
     if ll.dev == "cuda":
         doc.update(device=torch.cuda.get_device_name(), torch=torch.__version__)
