@@ -77,6 +77,44 @@ __device__ __forceinline__ int swz(int n, int c) {
   return n * CH + (c ^ (n & 7));
 }
 
+// One online-softmax step of one query row over a warp's 16 keys, as a lane holds it: the lane's
+// four scores of row `hi` (s[nt][2 hi + j], key column nt * 8 + col0 + j), raw from the mma. Keys
+// at columns >= visible are masked; the rest are scaled by kscale(nt, j) (the softmax scale in
+// log2 units, times a per-key scale for 8-bit caches). The scores become P = exp2(x - m_new), the
+// row's max m and this lane's share of its sum l are updated, and the factor that rescales the old
+// state is returned. Shared by the float16 and the 8-bit tensor-core kernels.
+template <class KScale>
+__device__ __forceinline__ float online_softmax_row(float (&s)[2][4], int hi, int col0, int visible, float& m, float& l,
+                                                    KScale kscale) {
+  float mx = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float& x = s[nt][2 * hi + j];
+      x = nt * 8 + col0 + j < visible ? x * kscale(nt, j) : -INFINITY;
+      mx = fmaxf(mx, x);
+    }
+  }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // lanes 4r .. 4r + 3 share a row
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float m_new = fmaxf(m, mx);
+  const float c = m_new == -INFINITY ? 1.f : exp2f(m - m_new);
+  float sum = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float& x = s[nt][2 * hi + j];
+      x = m_new == -INFINITY ? 0.f : exp2f(x - m_new);
+      sum += x;
+    }
+  }
+  l = l * c + sum;
+  m = m_new;
+  return c;
+}
+
 // T: __half or __nv_bfloat16; D: 64, 80, 96, 128 or 256 (CH = D / 8 chunks of 16 bytes per key, rows of
 // CHS = mma_row_chunks(D) chunks in shared memory); WARPS: 4 or 8; MT: M-tiles of 16 rows (1, 2, 4, 8).
 // Warp w computes M-tile w % MT over key slice w / MT (16 keys) of every tile. 8 warps put two warps on
@@ -278,32 +316,8 @@ __global__ void __launch_bounds__(WARPS * 32)
       for (int hi = 0; hi < 2; ++hi) {
         const int64_t ahead = vis_end[hi] - s_w;
         const int visible = ahead <= 0 ? 0 : ahead >= 16 ? 16 : static_cast<int>(ahead);
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            float& x = s[nt][2 * hi + j];
-            x = nt * 8 + 2 * (lane % 4) + j < visible ? x * scale2 : -INFINITY;
-            mx = fmaxf(mx, x);
-          }
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[hi], mx);
-        corr[hi] = m_new == -INFINITY ? 1.f : exp2f(m[hi] - m_new);
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            float& x = s[nt][2 * hi + j];
-            x = m_new == -INFINITY ? 0.f : exp2f(x - m_new);
-            sum += x;
-          }
-        }
-        l[hi] = l[hi] * corr[hi] + sum;  // this lane's share; the 4 lanes of a row add up at the end
-        m[hi] = m_new;
+        // this lane's share of the row sum; the 4 lanes of a row add up at the end
+        corr[hi] = online_softmax_row(s, hi, 2 * (lane % 4), visible, m[hi], l[hi], [=](int, int) { return scale2; });
       }
       if (corr[0] != 1.f || corr[1] != 1.f) {  // most tiles past the first leave both maxima as they were
 #pragma unroll

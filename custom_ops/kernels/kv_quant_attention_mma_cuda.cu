@@ -45,6 +45,7 @@ using decode_cuda::cp_async16;
 using decode_cuda::cp_async_commit;
 using decode_cuda::cp_async_wait;
 using decode_cuda::mma_16816;
+using decode_cuda::online_softmax_row;
 using decode_cuda::pack2;
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
@@ -254,33 +255,8 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentio
     float corr[2];
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          float& x = s[nt][2 * hi + j];
-          x = nt * 8 + 2 * t + j < visible ? x * kf[nt][j] : -INFINITY;
-          mx = fmaxf(mx, x);
-        }
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[hi], mx);
-      const float c = m_new == -INFINITY ? 1.f : exp2f(m[hi] - m_new);
-      corr[hi] = c * cv;  // O also rescales when U grew
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          float& x = s[nt][2 * hi + j];
-          x = m_new == -INFINITY ? 0.f : exp2f(x - m_new);
-          sum += x;
-        }
-      }
-      lsum[hi] = lsum[hi] * c + sum;  // this lane's share; the sum of P, without V scales
-      m[hi] = m_new;
+      // lsum: this lane's share of the sum of P, without V scales; O also rescales when U grew (cv)
+      corr[hi] = cv * online_softmax_row(s, hi, 2 * t, visible, m[hi], lsum[hi], [&](int nt, int j) { return kf[nt][j]; });
     }
     if (corr[0] != 1.f || corr[1] != 1.f) {
 #pragma unroll
