@@ -8,6 +8,7 @@
 //   - the step path does not wait: while the mapper is held inside a prefetch's map (a backend that
 //     blocks), reserve of rows already mapped, reserve_batch of them and an op's SlotCacheHold return
 //     at once; a release waits until the prefetch is done; a hold waits for a queued batch (kBatch);
+//   - the gate: a wait covers the work entered before it, not work other threads enter meanwhile;
 //   - the mapper thread runs as SCHED_BATCH (seen from inside its map calls), so waking it does not
 //     preempt the thread that queued work.
 #include <sched.h>
@@ -139,6 +140,37 @@ void test_step_does_not_wait(Report& r) {
   for (int64_t s = 0; s < 4; ++s) (void)c->release(s, nullptr);
 }
 
+// A wait covers what was entered before it, not what other threads enter while it waits (a wait
+// for "nothing entered" starved test_background_mapper's two submitters on a 16-core H200).
+void test_gate_waits_for_earlier_work_only(Report& r) {
+  AheadGate gate;
+  for (AheadKind kind : {AheadKind::kBatch, AheadKind::kPrefetch}) {
+    const std::string k = kind == AheadKind::kBatch ? "batch" : "prefetch";
+    gate.enter(kind);  // #1, before the wait
+    std::future<void> w;
+    const bool early = returns_within(&w, [&] {
+      if (kind == AheadKind::kBatch) {
+        gate.wait_batches();
+      } else {
+        gate.wait_all();
+      }
+    }, 50);
+    r.check(!early, "gate " + k + ": a wait waits for the work entered before it");
+    gate.enter(kind);  // #2, entered while the wait waits
+    gate.leave(kind);  // #1 done
+    r.check(w.wait_for(milliseconds(2000)) == std::future_status::ready,
+            "gate " + k + ": the wait returns once the earlier work left, though later work is entered");
+    r.check(!gate.idle(), "gate " + k + ": the later work is still entered");
+    gate.leave(kind);
+    w.wait();
+    r.check(gate.idle(), "gate " + k + ": idle once everything left");
+  }
+  gate.enter(AheadKind::kPrefetch);
+  std::future<void> b;
+  r.check(returns_within(&b, [&] { gate.wait_batches(); }, 2000), "gate: wait_batches does not wait for a prefetch");
+  gate.leave(AheadKind::kPrefetch);
+}
+
 void test_mapper_policy(Report& r) {
   pvt_test::SlowMapBackend slow;
   auto c = make_on(r, &slow, 2, 64, "policy create");
@@ -156,6 +188,7 @@ void test_mapper_policy(Report& r) {
 
 int main() {
   Report r;
+  test_gate_waits_for_earlier_work_only(r);
   test_mapper_policy(r);
   test_model(r);
   test_partial_failure(r);
