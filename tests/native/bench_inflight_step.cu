@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/apis.h"
@@ -142,7 +143,10 @@ void run_pattern(Ctx& c, Mapping mode, char pattern, int steps, double step_ms) 
   AheadTicket ticket = 0;
   // Before the loop, as a scheduler does when a request is admitted: the first step's rows (and,
   // a chunk ahead, the chunk after them) queued and carried out.
-  if (mode == Mapping::kNextStep) OK(map_ahead(c.cache, slots, grown(len, growth), &ticket));
+  if (mode == Mapping::kNextStep) {  // carried out before the first step (its wait then finds it done)
+    OK(map_ahead(c.cache, slots, grown(len, growth), &ticket));
+    while (!ahead_done(ticket)) std::this_thread::yield();
+  }
   if (mode == Mapping::kChunkAhead) {
     OK(map_ahead(c.cache, slots, grown(len, growth + rows_per_chunk), &ticket, AheadKind::kPrefetch));
     OK(wait_ahead(ticket));
