@@ -149,7 +149,7 @@ Status SlotCache::reserve(int64_t slot, int64_t tokens, void* /*stream: mapping 
     PVT_RETURN_IF_ERROR(check_reserve(slot, tokens));
     ahead_.wait_batches();
     // Already mapped (ahead): no lock, so a step never waits for the mapper's current slot.
-    if (tokens <= mapped_[static_cast<size_t>(slot)].load()) return Status::Ok();
+    if (rows_mapped(&slot, &tokens, 1)) return Status::Ok();
     // Shared: reserve only adds mappings, so ops holding the cache may go on meanwhile.
     std::shared_lock<std::shared_mutex> use(use_mu_);
     std::lock_guard<std::mutex> lock(mu_);
@@ -200,13 +200,16 @@ Status SlotCache::reserve_batch(const std::vector<int64_t>& slots, const std::ve
   return catch_bad_alloc("reserve", [&]() -> Status {
     PVT_RETURN_IF_ERROR(check_batch(slots, tokens));
     if (!announced) ahead_.wait_batches();
-    bool all_mapped = true;  // the step path's usual case once rows are mapped ahead: no lock
-    for (size_t i = 0; i < slots.size() && all_mapped; ++i) {
-      all_mapped = tokens[i] <= mapped_[static_cast<size_t>(slots[i])].load();
-    }
-    if (all_mapped) return Status::Ok();
+    // The step path's usual case once rows are mapped ahead: no lock.
+    if (rows_mapped(slots.data(), tokens.data(), slots.size())) return Status::Ok();
     std::shared_lock<std::shared_mutex> use(use_mu_);
     std::lock_guard<std::mutex> lock(mu_);
+    // Odd while the values raised below may still be lowered again (rows_mapped then takes the lock).
+    struct Seq {
+      std::atomic<uint64_t>& n;
+      explicit Seq(std::atomic<uint64_t>& s) : n(s) { n.fetch_add(1); }
+      ~Seq() { n.fetch_add(1); }
+    } seq(batch_seq_);
     std::vector<std::pair<int64_t, int32_t>> before;  // (slot, mapped_tokens before), to undo in reverse
     before.reserve(slots.size());
     for (size_t i = 0; i < slots.size(); ++i) {
@@ -219,6 +222,15 @@ Status SlotCache::reserve_batch(const std::vector<int64_t>& slots, const std::ve
     }
     return Status::Ok();
   });
+}
+
+bool SlotCache::rows_mapped(const int64_t* slots, const int64_t* tokens, size_t n) const {
+  const uint64_t seq = batch_seq_.load();
+  if (seq % 2 != 0) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (tokens[i] > mapped_[static_cast<size_t>(slots[i])].load()) return false;
+  }
+  return batch_seq_.load() == seq;  // no batch began meanwhile (whose raise the loads may have seen)
 }
 
 Status SlotCache::prefetch(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens) {

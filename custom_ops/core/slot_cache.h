@@ -167,6 +167,10 @@ class SlotCache {
   // chunks it mapped that no other slot needs (nothing used them), mapped_tokens back to `old`.
   void unreserve_locked(int64_t slot, int32_t old);
   Status share_prefix_locked(int64_t src, int64_t dst, int64_t tokens, void* stream);
+  // Without a lock: whether every slots[i] holds tokens[i] rows, by values no batch can take back
+  // (a reserve_batch that fails lowers what it raised: batch_seq_ is odd while one runs, and a read
+  // that overlapped one is not trusted). False sends the caller to the locked path.
+  bool rows_mapped(const int64_t* slots, const int64_t* tokens, size_t n) const;
   // True when a slot other than `slot` has mapped rows inside chunk `c`.
   bool chunk_needed_by_other(size_t c, int64_t slot) const;
 
@@ -178,6 +182,7 @@ class SlotCache {
   // Written under mu_; atomic so that reserve and prefetch can see without the lock that a slot
   // already holds the rows asked for (the step path's usual case once rows are mapped ahead).
   std::vector<std::atomic<int32_t>> mapped_;
+  std::atomic<uint64_t> batch_seq_{0};  // odd while a reserve_batch may still undo what it mapped
   uint64_t version_ = 0;
   std::shared_ptr<void> attachment_;
   mutable AheadGate ahead_;

@@ -2,7 +2,7 @@
 // the background mapper): it can keep the mapping thread's CPU busy for spin_us per map (cuMemMap +
 // cuMemSetAccess are ~35 µs of host time on the H200), block every map until open() (to hold the
 // mapper in the middle of a batch), and it records the scheduling policy of the thread that mapped
-// (the mapper's, when the mapper maps). force_other: the mapping thread puts itself back to
+// (the mapper's, when the mapper maps); fail_map holds one map until let_fail() and fails it. force_other: the mapping thread puts itself back to
 // SCHED_OTHER (the policy the mapper had before it ran as SCHED_BATCH), for before/after benches.
 #pragma once
 
@@ -32,6 +32,14 @@ class SlowMapBackend final : public pvt::Backend {
       (void)pthread_setschedparam(pthread_self(), SCHED_OTHER, &none);
     }
     map_policy.store(sched_getscheduler(0));
+    if (maps_.fetch_add(1) == fail_map) {  // held until let_fail(), then fails as a full device would
+      std::unique_lock<std::mutex> lock(mu_);
+      ++waiting_;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return fail_go_; });
+      --waiting_;
+      return pvt::Status(pvt::Code::kOutOfMemory, "injected: no memory for this map");
+    }
     {
       std::unique_lock<std::mutex> lock(mu_);
       ++waiting_;
@@ -66,6 +74,13 @@ class SlowMapBackend final : public pvt::Backend {
     }
     cv_.notify_all();
   }
+  void let_fail() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fail_go_ = true;
+    }
+    cv_.notify_all();
+  }
   void wait_blocked() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return waiting_ > 0; });
@@ -74,13 +89,18 @@ class SlowMapBackend final : public pvt::Backend {
   std::atomic<int> spin_us{0};
   std::atomic<bool> force_other{false};
   std::atomic<int> map_policy{-1};  // sched_getscheduler of the thread of the last map
+  // The map with this index (0: the first since the backend was made) is held until let_fail(),
+  // then fails with kOutOfMemory; -1: none.
+  std::atomic<long> fail_map{-1};
 
  private:
   pvt::Backend* real_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = true;
+  bool fail_go_ = false;
   int waiting_ = 0;
+  std::atomic<long> maps_{0};
 };
 
 }  // namespace pvt_test

@@ -8,6 +8,7 @@
 //   - the step path does not wait: while the mapper is held inside a prefetch's map (a backend that
 //     blocks), reserve of rows already mapped, reserve_batch of them and an op's SlotCacheHold return
 //     at once; a release waits until the prefetch is done; a hold waits for a queued batch (kBatch);
+//   - the lock-free path of reserve does not trust a slot a running batch raised (it may undo it);
 //   - the gate: a wait covers the work entered before it, not work other threads enter meanwhile;
 //   - the mapper thread runs as SCHED_BATCH (seen from inside its map calls), so waking it does not
 //     preempt the thread that queued work.
@@ -171,6 +172,32 @@ void test_gate_waits_for_earlier_work_only(Report& r) {
   gate.leave(AheadKind::kPrefetch);
 }
 
+// A batch that raised a slot and may still fail (and lower it again) is not trusted by the
+// lock-free path: a reserve of those rows waits for the batch, and after it returns the rows are
+// mapped (they would not be if it had trusted the raised value and the batch then undid it).
+void test_reserve_does_not_trust_a_batch_in_flight(Report& r) {
+  pvt_test::SlowMapBackend slow;
+  auto c = make_on(r, &slow, 4, 400, "in flight create");
+  if (!c) return;
+  slow.fail_map = 25;  // slot 0's 100 rows are maps 0..24; slot 1's first map fails
+  AheadTicket t = 0;
+  r.ok(map_ahead(c, {0, 1}, {100, 100}, &t, AheadKind::kBatch), "in flight: batch queued");
+  slow.wait_blocked();  // slot 0 raised to 100, slot 1's map held
+  std::future<void> f;
+  Status st(Code::kDriver, "not run");
+  // From another thread, not ordered after the batch: reserve_batch with announced=true skips the
+  // gate (as a second submitter's call racing the mapper would pass it before the batch entered).
+  const bool quick = returns_within(&f, [&] { st = c->reserve_batch({0}, {50}, /*announced=*/true); }, 100);
+  r.check(!quick, "in flight: a reserve of rows a running batch raised waits for that batch");
+  slow.let_fail();
+  f.wait();
+  r.code(wait_ahead(t), Code::kOutOfMemory, "in flight: the batch failed (injected)");
+  r.ok(st, "in flight: the reserve succeeded");
+  r.check(c->mapped_tokens(0) >= 50, "in flight: after it the rows are mapped (got " +
+                                         std::to_string(c->mapped_tokens(0)) + ")");
+  for (int64_t s = 0; s < 4; ++s) (void)c->release(s, nullptr);
+}
+
 void test_mapper_policy(Report& r) {
   pvt_test::SlowMapBackend slow;
   auto c = make_on(r, &slow, 2, 64, "policy create");
@@ -190,6 +217,7 @@ int main() {
   Report r;
   test_gate_waits_for_earlier_work_only(r);
   test_mapper_policy(r);
+  test_reserve_does_not_trust_a_batch_in_flight(r);
   test_model(r);
   test_partial_failure(r);
   test_step_does_not_wait(r);
