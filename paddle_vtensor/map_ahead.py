@@ -13,6 +13,14 @@ a host wait (never a device sync) and only happens when the thread has not finis
 A batch is all or nothing: when one of its reservations fails (memory, the mapped limit) every
 slot of the batch is as before, and the error is raised by ``wait()``. Bad slots or lengths are
 refused by the call itself (nothing queued).
+
+``prefetch=True`` queues rows needed later, not by the next step: a scheduler asks for a whole
+chunk more than a slot holds, so a slot's chunk crossing finds its next chunk mapped 16 steps
+(one chunk of Llama-3-8B token rows) after the request, and the step path never waits for the
+driver. reserve_slot and the slot ops do not wait for a prefetch (it only adds mappings, and the
+rows they need are mapped already or are mapped by reserve_slot itself); release_slot and
+share_prefix do. Slots are mapped one at a time, each all or nothing; ``wait()`` raises the first
+error, and the slots before it stay mapped.
 """
 from __future__ import annotations
 
@@ -50,14 +58,15 @@ class Ticket:
             _ops.c.ahead_forget(self._id)  # the batch still runs; nobody asks how it ended
 
 
-def reserve_slots_async(cache, slots: Sequence[int], lengths: Sequence[int]) -> Ticket:
+def reserve_slots_async(cache, slots: Sequence[int], lengths: Sequence[int], *, prefetch: bool = False) -> Ticket:
     """Queue ``reserve_slot(cache, slots[i], lengths[i])`` for every i on the background mapper and
-    return at once. Raises at once (nothing queued) for a bad slot or length, a length list of
-    another size, or what is not a slot cache."""
+    return at once (``prefetch``: as rows needed later, see the module's docstring). Raises at once
+    (nothing queued) for a bad slot or length, a length list of another size, or what is not a slot
+    cache."""
     storage = _storage(cache, "reserve_slots_async")
     slots = [_int("reserve_slots_async", "slot", s, out_of_range=SlotError) for s in slots]
     lengths = [_int("reserve_slots_async", "length", n, out_of_range=SlotError) for n in lengths]
-    code, text, ticket = _ops.c.reserve_slots_async(storage.data_ptr(), slots, lengths)
+    code, text, ticket = _ops.c.reserve_slots_async(storage.data_ptr(), slots, lengths, prefetch)
     _check(code, text, "reserve_slots_async")
     return Ticket(ticket)
 

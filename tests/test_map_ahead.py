@@ -28,14 +28,15 @@ def _state(c):
     return info["mapped_tokens"].tolist(), info["mapped_bytes"]
 
 
-def test_batches_equal_synchronous_reservations():
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_batches_equal_synchronous_reservations(prefetch):
     a, b = _cache(), _cache()
     rng = random.Random(3)
     model = [0] * SLOTS
     for step in range(150):
         slots = [rng.randrange(SLOTS) for _ in range(rng.randint(1, 5))]
         lengths = [rng.randint(0, MAX) for _ in slots]
-        ticket = pvt.reserve_slots_async(a, slots, lengths)
+        ticket = pvt.reserve_slots_async(a, slots, lengths, prefetch=prefetch)
         for s, n in zip(slots, lengths):
             pvt.reserve_slot(b, s, n)
             model[s] = max(model[s], n)
@@ -44,7 +45,7 @@ def test_batches_equal_synchronous_reservations():
             pvt.release_slot(a, s)
             pvt.release_slot(b, s)
             model[s] = 0
-        if step % 2 == 0:
+        if step % 2 == 0 or prefetch:  # a prefetch is waited for by release and share only
             ticket.wait()
         else:
             del ticket  # never waited for: dropped, the batch still runs before the next call
@@ -70,6 +71,21 @@ def test_a_failed_batch_raises_at_wait_and_changes_nothing():
     assert pvt.memory_stats("cpu")["mapped_bytes"] == mapped
     ticket.wait()  # a second wait returns at once
     assert ticket.done()
+
+
+def test_a_failed_prefetch_keeps_the_slots_before_the_failure():
+    c = _cache()
+    pvt.reserve_slot(c, 1, 10)
+    mapped = pvt.memory_stats("cpu")["mapped_bytes"]
+    pvt.set_mapped_limit(mapped + 3 * 4096, "cpu")  # slot 1 needs 1 more page, slot 2 four: it fails
+    try:
+        ticket = pvt.reserve_slots_async(c, [1, 2, 4], [100, 250, 300], prefetch=True)
+        with pytest.raises(pvt.VTensorOutOfMemoryError, match="limit"):
+            ticket.wait()
+    finally:
+        pvt.set_mapped_limit(0, "cpu")
+    assert _state(c)[0] == [0, 100, 0, 0, 0, 0]  # slot 1 mapped ahead, 2 as before, 4 not reached
+    assert pvt.memory_stats("cpu")["mapped_bytes"] == mapped + 4096
 
 
 @pytest.mark.parametrize("slots, lengths, error, match", [

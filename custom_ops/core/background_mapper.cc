@@ -1,8 +1,10 @@
 #include "background_mapper.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -17,6 +19,7 @@ namespace {
 
 struct Job {
   AheadTicket ticket;
+  AheadKind kind;
   std::shared_ptr<SlotCache> cache;
   std::vector<int64_t> slots, tokens;
 };
@@ -36,6 +39,7 @@ struct MapperState {
   std::map<AheadTicket, Result> results;
   AheadTicket next = 1;
   pid_t thread_pid = 0;          // the process whose thread serves the queue (0: none started)
+  std::atomic<bool> batch_policy{false};  // the thread set SCHED_BATCH on itself
 };
 
 // Leaked on purpose, like the pool: the thread may run during static destruction.
@@ -57,6 +61,11 @@ void finish(MapperState& s, AheadTicket ticket, const Status& st) {
 
 void serve() {
   MapperState& s = state();
+  // SCHED_BATCH (no privilege needed): a woken batch thread does not preempt the waker, so the
+  // caller of map_ahead goes on on its CPU while the mapper waits for another (background_mapper.h).
+  sched_param none{};
+  none.sched_priority = 0;
+  s.batch_policy = pthread_setschedparam(pthread_self(), SCHED_BATCH, &none) == 0;
   std::unique_lock<std::mutex> lock(s.mu);
   for (;;) {
     s.work.wait(lock, [&] { return !s.queue.empty(); });
@@ -64,9 +73,11 @@ void serve() {
     s.queue.pop_front();
     s.running = &job;
     lock.unlock();
-    const Status st = job.cache->reserve_batch(job.slots, job.tokens, /*announced=*/true);
+    const Status st = job.kind == AheadKind::kBatch
+                          ? job.cache->reserve_batch(job.slots, job.tokens, /*announced=*/true)
+                          : job.cache->prefetch(job.slots, job.tokens);
     lock.lock();
-    job.cache->ahead().leave();  // under the lock: a fork sees the job either running or left
+    job.cache->ahead().leave(job.kind);  // under the lock: a fork sees the job either running or left
     s.running = nullptr;
     std::shared_ptr<SlotCache> last = std::move(job.cache);
     lock.unlock();
@@ -87,8 +98,8 @@ void after_fork_child() {
   MapperState& s = state();
   const Status lost(Code::kUnsupported, "the process forked while this reservation was queued in the parent; "
                                         "reserve again in the child");
-  for (Job& job : s.queue) job.cache->ahead().leave();
-  if (s.running != nullptr) s.running->cache->ahead().leave();
+  for (Job& job : s.queue) job.cache->ahead().leave(job.kind);
+  if (s.running != nullptr) s.running->cache->ahead().leave(s.running->kind);
   for (auto it = s.results.begin(); it != s.results.end();) {
     if (it->second.done) {
       ++it;
@@ -103,6 +114,7 @@ void after_fork_child() {
   s.queue.clear();
   s.running = nullptr;
   s.thread_pid = 0;
+  s.batch_policy = false;
   s.mu.unlock();
 }
 const int kAtForkRegistered = pthread_atfork(&before_fork, &after_fork_parent, &after_fork_child);
@@ -110,12 +122,12 @@ const int kAtForkRegistered = pthread_atfork(&before_fork, &after_fork_parent, &
 }  // namespace
 
 Status map_ahead(std::shared_ptr<SlotCache> cache, std::vector<int64_t> slots, std::vector<int64_t> tokens,
-                 AheadTicket* ticket) {
+                 AheadTicket* ticket, AheadKind kind) {
   (void)kAtForkRegistered;
   *ticket = 0;
   PVT_RETURN_IF_ERROR(cache->check_batch(slots, tokens));
-  return catch_bad_alloc("reserve_slots_async", [&]() -> Status {
-    MapperState& s = state();
+  MapperState& s = state();
+  const Status st = catch_bad_alloc("reserve_slots_async", [&]() -> Status {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.thread_pid != getpid()) {
       try {
@@ -128,19 +140,23 @@ Status map_ahead(std::shared_ptr<SlotCache> cache, std::vector<int64_t> slots, s
     const AheadTicket t = s.next;
     auto slot = s.results.emplace(t, Result()).first;  // may throw: nothing queued yet
     try {
-      s.queue.push_back(Job{t, cache, std::move(slots), std::move(tokens)});
+      s.queue.push_back(Job{t, kind, cache, std::move(slots), std::move(tokens)});
     } catch (const std::bad_alloc&) {
       s.results.erase(slot);
       throw;
     }
     ++s.next;
     // Announced under the mapper's lock, before the thread can see the job: it leaves what it entered.
-    cache->ahead().enter();
-    s.work.notify_one();
+    cache->ahead().enter(kind);
     *ticket = t;
     return Status::Ok();
   });
+  // After the lock is dropped: the woken thread does not block at once on the mutex we hold.
+  if (st.ok()) s.work.notify_one();
+  return st;
 }
+
+bool mapper_runs_as_batch() { return state().batch_policy.load(); }
 
 Status wait_ahead(AheadTicket ticket) {
   MapperState& s = state();

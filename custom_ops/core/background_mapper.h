@@ -10,7 +10,18 @@
 // Results: wait_ahead(ticket) blocks until the batch is done and returns its status (the batch's
 // error, e.g. kOutOfMemory, with the cache as it was before the batch); a ticket is forgotten
 // after its wait or forget_ahead.
-// Batches run in submission order, one at a time, on one thread for every cache and device.
+// Prefetches (AheadKind::kPrefetch): rows a slot needs steps later (a scheduler asks, when a slot
+// enters a chunk, for the whole next chunk, so its crossing 16 steps later finds it mapped). The
+// mapper maps them slot by slot, each slot under the cache's lock on its own (so a step's
+// record_use or reserve waits at most for one slot's mapping, never for the batch), each slot all
+// or nothing, stopping at the first error (the ticket's status; slots before it stay mapped: the
+// mapping was only a head start). Reserve and the ops do not wait for a prefetch; release, share
+// and make_private do (ahead_gate.h).
+// Batches run in submission order, one at a time, on one thread for every cache and device. The
+// thread runs as SCHED_BATCH: waking it never preempts the thread that queued the batch (with
+// SCHED_OTHER the kernel may run the woken mapper on the caller's CPU and leave the caller waiting
+// for a migration while the mapper makes its driver calls: what made queuing cost 290-330 µs when
+// many slots crossed, against 14 µs when none did; PERFORMANCE_H200.md 6).
 // fork(): the child has no mapper thread; batches queued in the parent when it forked are failed
 // there (their caches' gates opened) and a later map_ahead starts the child's own thread.
 #pragma once
@@ -26,10 +37,12 @@ namespace pvt {
 
 using AheadTicket = uint64_t;
 
-// Queues reserve_batch(slots, tokens) of `cache`; *ticket names it (never 0). Errors of the checks
-// (SlotCache::check_batch) are returned at once and nothing is queued.
+// Queues reserve_batch(slots, tokens) of `cache` (kPrefetch: SlotCache::prefetch); *ticket names it
+// (never 0). Errors of the checks (SlotCache::check_batch) are returned at once and nothing is queued.
 Status map_ahead(std::shared_ptr<SlotCache> cache, std::vector<int64_t> slots, std::vector<int64_t> tokens,
-                 AheadTicket* ticket);
+                 AheadTicket* ticket, AheadKind kind = AheadKind::kBatch);
+// Whether the mapper thread of this process runs as SCHED_BATCH (false before its first batch).
+bool mapper_runs_as_batch();
 // Blocks until the batch of `ticket` has run; returns its status and forgets the ticket.
 // kInvalidArgument for a ticket not handed out, or already waited for or forgotten.
 Status wait_ahead(AheadTicket ticket);

@@ -81,7 +81,7 @@ Status SlotCache::create_on(Backend* backend, const SlotCacheShape& in, size_t c
 }
 
 SlotCache::SlotCache(SlotCacheShape shape, std::unique_ptr<Region> region)
-    : shape_(shape), region_(std::move(region)), mapped_(static_cast<size_t>(shape.num_slots), 0) {}
+    : shape_(shape), region_(std::move(region)), mapped_(static_cast<size_t>(shape.num_slots)) {}  // zeros
 
 SlotCache::~SlotCache() {
   Registry::remove(region_->base());
@@ -102,13 +102,13 @@ size_t SlotCache::shared_bytes() const {
 
 int32_t SlotCache::mapped_tokens(int64_t slot) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return slot >= 0 && slot < shape_.num_slots ? mapped_[static_cast<size_t>(slot)] : 0;
+  return slot >= 0 && slot < shape_.num_slots ? mapped_[static_cast<size_t>(slot)].load() : 0;
 }
 
 std::vector<int32_t> SlotCache::mapped_tokens_all(uint64_t* version) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (version) *version = version_;
-  return mapped_;
+  return std::vector<int32_t>(mapped_.begin(), mapped_.end());
 }
 
 std::shared_ptr<void> SlotCache::attachment() const {
@@ -147,7 +147,9 @@ Status SlotCache::check_reserve(int64_t slot, int64_t tokens) const {
 Status SlotCache::reserve(int64_t slot, int64_t tokens, void* /*stream: mapping new chunks waits for no work*/) {
   return catch_bad_alloc("reserve", [&]() -> Status {
     PVT_RETURN_IF_ERROR(check_reserve(slot, tokens));
-    ahead_.wait();
+    ahead_.wait_batches();
+    // Already mapped (ahead): no lock, so a step never waits for the mapper's current slot.
+    if (rows_mapped(&slot, &tokens, 1)) return Status::Ok();
     // Shared: reserve only adds mappings, so ops holding the cache may go on meanwhile.
     std::shared_lock<std::shared_mutex> use(use_mu_);
     std::lock_guard<std::mutex> lock(mu_);
@@ -156,7 +158,7 @@ Status SlotCache::reserve(int64_t slot, int64_t tokens, void* /*stream: mapping 
 }
 
 Status SlotCache::reserve_locked(int64_t slot, int64_t tokens) {
-  int32_t& mapped = mapped_[static_cast<size_t>(slot)];
+  std::atomic<int32_t>& mapped = mapped_[static_cast<size_t>(slot)];
   if (tokens <= mapped) return Status::Ok();
   const size_t cb = region_->chunk_bytes();
   const size_t begin = static_cast<size_t>(slot * shape_.slot_bytes() + mapped * shape_.row_bytes);
@@ -169,7 +171,7 @@ Status SlotCache::reserve_locked(int64_t slot, int64_t tokens) {
 }
 
 void SlotCache::unreserve_locked(int64_t slot, int32_t old) {
-  int32_t& mapped = mapped_[static_cast<size_t>(slot)];
+  std::atomic<int32_t>& mapped = mapped_[static_cast<size_t>(slot)];
   if (mapped <= old) return;
   const size_t cb = region_->chunk_bytes();
   const size_t off = static_cast<size_t>(slot * shape_.slot_bytes());
@@ -197,9 +199,17 @@ Status SlotCache::reserve_batch(const std::vector<int64_t>& slots, const std::ve
                                 bool announced) {
   return catch_bad_alloc("reserve", [&]() -> Status {
     PVT_RETURN_IF_ERROR(check_batch(slots, tokens));
-    if (!announced) ahead_.wait();
+    if (!announced) ahead_.wait_batches();
+    // The step path's usual case once rows are mapped ahead: no lock.
+    if (rows_mapped(slots.data(), tokens.data(), slots.size())) return Status::Ok();
     std::shared_lock<std::shared_mutex> use(use_mu_);
     std::lock_guard<std::mutex> lock(mu_);
+    // Odd while the values raised below may still be lowered again (rows_mapped then takes the lock).
+    struct Seq {
+      std::atomic<uint64_t>& n;
+      explicit Seq(std::atomic<uint64_t>& s) : n(s) { n.fetch_add(1); }
+      ~Seq() { n.fetch_add(1); }
+    } seq(batch_seq_);
     std::vector<std::pair<int64_t, int32_t>> before;  // (slot, mapped_tokens before), to undo in reverse
     before.reserve(slots.size());
     for (size_t i = 0; i < slots.size(); ++i) {
@@ -209,6 +219,28 @@ Status SlotCache::reserve_batch(const std::vector<int64_t>& slots, const std::ve
         for (auto it = before.rbegin(); it != before.rend(); ++it) unreserve_locked(it->first, it->second);
         return one;
       }
+    }
+    return Status::Ok();
+  });
+}
+
+bool SlotCache::rows_mapped(const int64_t* slots, const int64_t* tokens, size_t n) const {
+  const uint64_t seq = batch_seq_.load();
+  if (seq % 2 != 0) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (tokens[i] > mapped_[static_cast<size_t>(slots[i])].load()) return false;
+  }
+  return batch_seq_.load() == seq;  // no batch began meanwhile (whose raise the loads may have seen)
+}
+
+Status SlotCache::prefetch(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens) {
+  return catch_bad_alloc("reserve", [&]() -> Status {
+    PVT_RETURN_IF_ERROR(check_batch(slots, tokens));
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (tokens[i] <= mapped_[static_cast<size_t>(slots[i])].load()) continue;
+      std::shared_lock<std::shared_mutex> use(use_mu_);
+      std::lock_guard<std::mutex> lock(mu_);
+      PVT_RETURN_IF_ERROR(reserve_locked(slots[i], tokens[i]));
     }
     return Status::Ok();
   });
@@ -228,12 +260,12 @@ bool SlotCache::chunk_needed_by_other(size_t c, int64_t slot) const {
 
 Status SlotCache::release(int64_t slot, void* stream) {
   PVT_RETURN_IF_ERROR(check_slot(slot));
-  ahead_.wait();  // a reservation queued before this release is carried out first
+  ahead_.wait_all();  // a reservation or prefetch queued before this release is carried out first
   // Exclusive: waits until no op holds the cache (SlotCacheHold), so none is between its check of
   // mapped_tokens and its last access of the memory unmapped below.
   std::unique_lock<std::shared_mutex> use(use_mu_);
   std::lock_guard<std::mutex> lock(mu_);
-  int32_t& mapped = mapped_[static_cast<size_t>(slot)];
+  std::atomic<int32_t>& mapped = mapped_[static_cast<size_t>(slot)];
   if (mapped == 0) return Status::Ok();
   // Work the caller queued on `stream` may still read the slot: the unmaps below are deferred until
   // it is done, as for every stream the ops recorded (record_use), without blocking.
@@ -290,7 +322,7 @@ Status SlotCache::share_prefix(int64_t src, int64_t dst, int64_t tokens, void* s
     if (tokens < 1) {
       return Status(Code::kInvalidArgument, "tokens must be at least 1, got " + std::to_string(tokens));
     }
-    ahead_.wait();
+    ahead_.wait_all();  // aliases and copies must see the prefetched rows of src (and none come after)
     // Shared: sharing only adds mappings (to an empty slot no op reads), like reserve.
     std::shared_lock<std::shared_mutex> use(use_mu_);
     std::lock_guard<std::mutex> lock(mu_);
@@ -337,7 +369,7 @@ Status SlotCache::make_private(int64_t slot, int64_t from, int64_t to, void* str
     if (from < 0) {
       return Status(Code::kInvalidArgument, "write_from must be >= 0, got " + std::to_string(from));
     }
-    ahead_.wait();
+    ahead_.wait_all();
     // Exclusive: the shared mappings replaced below must not be read by an op meanwhile.
     std::unique_lock<std::shared_mutex> use(use_mu_);
     std::lock_guard<std::mutex> lock(mu_);
@@ -372,8 +404,8 @@ SlotCacheHold::SlotCacheHold(const SlotCache& a, const SlotCache* b) {
   const SlotCache* hi = b == &a ? nullptr : b;
   if (hi != nullptr && std::less<const SlotCache*>()(hi, lo)) std::swap(lo, hi);
   // Reservations queued before this op are carried out first (a host wait, usually none).
-  lo->ahead_.wait();
-  if (hi != nullptr) hi->ahead_.wait();
+  lo->ahead_.wait_batches();
+  if (hi != nullptr) hi->ahead_.wait_batches();
   first_ = std::shared_lock<std::shared_mutex>(lo->use_mu_);
   if (hi != nullptr) second_ = std::shared_lock<std::shared_mutex>(hi->use_mu_);
 }

@@ -30,7 +30,8 @@
 // caches it touches before its checks and keeps it until its host work is done, and release() waits
 // for every hold to go (reserve() does not: it only adds mappings). Reservations queued on the
 // background mapper (reserve_batch, background_mapper.h) come first: every call and every hold
-// waits until the batches queued before it are carried out (AheadGate, a host wait). Guaranteed then:
+// waits until the batches queued before it are carried out (AheadGate, a host wait); prefetches
+// (rows needed later) only release, share_prefix and make_private wait for. Guaranteed then:
 //   - CPU: an op's check, append and attention see one state of the slots; a release of a slot
 //     the op reads either finished before the op's check (the op refuses: nothing mapped) or waits
 //     until the op returned. No fault, no torn read, whatever threads call reserve/release.
@@ -46,6 +47,7 @@
 //     slicing of the cache tensor) while another thread releases that slot.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -102,14 +104,20 @@ class SlotCache {
   // reserve() of every (slots[i], tokens[i]) in order, all or nothing over the batch: on failure
   // every slot is as it was (the chunks the call mapped are unmapped again at once: nothing used
   // them yet). What the background mapper carries out (background_mapper.h). announced: the batch
-  // was announced with ahead().enter() (the caller, the mapper, leaves it after; this call must not
+  // was announced with ahead().enter(kBatch) (the caller, the mapper, leaves it after; this call must not
   // wait for itself); otherwise it waits for the announced batches first, like every other call. kInvalidArgument
   // when the vectors differ in length; per pair the errors of reserve.
   Status reserve_batch(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens, bool announced);
+  // Rows needed later (the background mapper's AheadKind::kPrefetch): reserve(slots[i], tokens[i])
+  // in order, each pair under the cache's lock on its own (callers wait at most for one slot's
+  // mapping) and all or nothing, stopping at the first error, which is returned; the pairs before it
+  // stay mapped. A slot already holding the rows costs one atomic load. Called by the mapper after
+  // the gate was entered (it waits for nothing); errors of check_batch as reserve_batch's.
+  Status prefetch(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens);
   // The checks reserve_batch makes before it maps anything (no lock needed: they read the shape).
   Status check_batch(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens) const;
-  // Orders callers after queued background reservations (ahead_gate.h): reserve, reserve_batch,
-  // share_prefix, make_private, release and SlotCacheHold wait on it first.
+  // Orders callers after queued background reservations (ahead_gate.h): reserve, reserve_batch and
+  // SlotCacheHold wait for queued batches; share_prefix, make_private and release for prefetches too.
   AheadGate& ahead() const { return ahead_; }
 
   // Make `dst` hold rows [0, tokens) of `src` (the same cache): the whole chunks below row `tokens`
@@ -159,6 +167,10 @@ class SlotCache {
   // chunks it mapped that no other slot needs (nothing used them), mapped_tokens back to `old`.
   void unreserve_locked(int64_t slot, int32_t old);
   Status share_prefix_locked(int64_t src, int64_t dst, int64_t tokens, void* stream);
+  // Without a lock: whether every slots[i] holds tokens[i] rows, by values no batch can take back
+  // (a reserve_batch that fails lowers what it raised: batch_seq_ is odd while one runs, and a read
+  // that overlapped one is not trusted). False sends the caller to the locked path.
+  bool rows_mapped(const int64_t* slots, const int64_t* tokens, size_t n) const;
   // True when a slot other than `slot` has mapped rows inside chunk `c`.
   bool chunk_needed_by_other(size_t c, int64_t slot) const;
 
@@ -167,7 +179,10 @@ class SlotCache {
   // Held shared by SlotCacheHold and reserve (neither unmaps), exclusive by release; taken before mu_.
   mutable std::shared_mutex use_mu_;
   mutable std::mutex mu_;  // the bookkeeping below and region_
-  std::vector<int32_t> mapped_;
+  // Written under mu_; atomic so that reserve and prefetch can see without the lock that a slot
+  // already holds the rows asked for (the step path's usual case once rows are mapped ahead).
+  std::vector<std::atomic<int32_t>> mapped_;
+  std::atomic<uint64_t> batch_seq_{0};  // odd while a reserve_batch may still undo what it mapped
   uint64_t version_ = 0;
   std::shared_ptr<void> attachment_;
   mutable AheadGate ahead_;

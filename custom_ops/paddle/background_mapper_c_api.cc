@@ -13,10 +13,11 @@ using pvt::c_api::report;
 
 extern "C" {
 
-// Queues reserve of (slots[i], tokens[i]) on the cache at `ptr`; *ticket names the batch. Bad
-// slots or lengths, or n_slots != n_tokens, are refused here (nothing queued).
+// Queues reserve of (slots[i], tokens[i]) on the cache at `ptr` (prefetch != 0: as rows needed
+// later, pvt::AheadKind::kPrefetch); *ticket names the batch. Bad slots or lengths, or
+// n_slots != n_tokens, are refused here (nothing queued).
 int pvt_reserve_slots_async(const void* ptr, const int64_t* slots, int64_t n_slots, const int64_t* tokens,
-                            int64_t n_tokens, uint64_t* ticket, char* err, int64_t err_len) {
+                            int64_t n_tokens, int prefetch, uint64_t* ticket, char* err, int64_t err_len) {
   *ticket = 0;
   int code = 0;
   auto cache = find(ptr, err, err_len, &code);
@@ -27,7 +28,8 @@ int pvt_reserve_slots_async(const void* ptr, const int64_t* slots, int64_t n_slo
   }
   return report(pvt::catch_bad_alloc("reserve_slots_async", [&] {
                   return pvt::map_ahead(cache, std::vector<int64_t>(slots, slots + n_slots),
-                                        std::vector<int64_t>(tokens, tokens + n_tokens), ticket);
+                                        std::vector<int64_t>(tokens, tokens + n_tokens), ticket,
+                                        prefetch ? pvt::AheadKind::kPrefetch : pvt::AheadKind::kBatch);
                 }),
                 err, err_len);
 }

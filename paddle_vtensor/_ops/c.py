@@ -35,7 +35,7 @@ _SIGNATURES = {
                                    _I64]),
     # background_mapper_c_api.cc
     "pvt_reserve_slots_async": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_I64), _I64, ctypes.POINTER(_I64), _I64,
-                                               ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, _I64]),
+                                               ctypes.c_int, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, _I64]),
     "pvt_ahead_wait": (ctypes.c_int, [ctypes.c_uint64, ctypes.c_char_p, _I64]),
     "pvt_ahead_done": (ctypes.c_int, [ctypes.c_uint64]),
     "pvt_ahead_forget": (None, [ctypes.c_uint64]),
@@ -129,13 +129,13 @@ def collect(kind: int, index: int, wait: bool) -> tuple[int, str, int]:
     return code, err.value.decode(errors="replace"), int(pending.value)
 
 
-def reserve_slots_async(ptr: int, slots, tokens) -> tuple[int, str, int]:
-    """(code, text, ticket): queues the batch on the background mapper."""
+def reserve_slots_async(ptr: int, slots, tokens, prefetch: bool) -> tuple[int, str, int]:
+    """(code, text, ticket): queues the batch (prefetch: rows needed later) on the background mapper."""
     err = ctypes.create_string_buffer(_ERR_LEN)
     ticket = ctypes.c_uint64(0)
     code = _lib().pvt_reserve_slots_async(ctypes.c_void_p(ptr), (_I64 * len(slots))(*slots), len(slots),
-                                          (_I64 * len(tokens))(*tokens), len(tokens), ctypes.byref(ticket), err,
-                                          _ERR_LEN)
+                                          (_I64 * len(tokens))(*tokens), len(tokens), int(bool(prefetch)),
+                                          ctypes.byref(ticket), err, _ERR_LEN)
     return code, err.value.decode(errors="replace"), int(ticket.value)
 
 

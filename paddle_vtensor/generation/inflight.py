@@ -7,9 +7,11 @@ sequence ends (EOS or its token budget) its slot is freed and the next waiting p
 the very next step.
 
 The host knows every slot's length from what it scheduled (``runner.host_lens``) and maps ahead
-(``runner.reserve``) before each step, the next step's rows in the background while a step runs
-(``reserve_slots_async``); the one device read per step is the step's next-token ids,
-which greedy decoding needs on the host anyway.
+(``runner.reserve``) before each step; while a step runs, the background mapper maps a whole chunk
+beyond each slot's next step (``reserve_slots_async(..., prefetch=True)``), so a slot's chunk
+crossing finds its chunk mapped one chunk of tokens earlier and ``runner.reserve`` is a lock-free
+no-op; the one device read per step is the step's next-token ids, which greedy decoding needs on
+the host anyway.
 
 With the prefix cache (default) a sequence that ends keeps its slot while slots and the budget
 allow, and an admitted prompt first maps the whole chunks another slot holds of its prefix
@@ -133,6 +135,8 @@ class _Scheduler:
 
     def __init__(self, runner, prompts, budgets, max_batch, pc: PrefixCache | None):
         self.runner, self.prompts, self.budgets, self.pc, self.max_batch = runner, prompts, budgets, pc, max_batch
+        sizes = slot_info(runner.cache)
+        self.chunk_rows = -(-sizes["chunk_bytes"] // sizes["row_bytes"])  # rows of one chunk, rounded up
         self.outputs: list[list[int]] = [[] for _ in prompts]
         self.waiting = collections.deque(i for i in range(len(prompts)) if budgets[i] > 0)
         # With the prefix cache finished sequences may stay in the runner's spare slots too.
@@ -210,9 +214,11 @@ class _Scheduler:
             # continues from where they end, as its solo prefill would have.
             positions = np.concatenate([self.offset[s] + np.arange(c) for s, c in zip(slots, counts)]).astype(np.int64)
         logits = runner.forward(ids, cu, np.asarray(slots, dtype=np.int32), positions=positions)
-        # While the step runs, the next step's rows (one more token each) are mapped in the background;
-        # the reserve above stays the authority (a no-op then, the mapping itself when this failed).
-        reserve_slots_async(runner.cache, slots, np.minimum(runner.host_lens[slots] + counts + 1, runner.max_seq_len))
+        # While the step runs, a chunk beyond the next step's rows is mapped in the background (a
+        # prefetch: the next steps' reserve does not wait for it); the reserve above stays the
+        # authority (a no-op then, the mapping itself when this failed or has not run yet).
+        ahead = runner.host_lens[slots] + counts + 1 + self.chunk_rows
+        reserve_slots_async(runner.cache, slots, np.minimum(ahead, runner.max_seq_len), prefetch=True)
         last = paddle.to_tensor(cu[1:] - 1, dtype="int64", place=logits.place)
         next_ids = paddle.gather(logits, last).argmax(axis=-1).numpy()
         runner.advance(np.asarray(slots, dtype=np.int32), np.asarray(counts, dtype=np.int32))

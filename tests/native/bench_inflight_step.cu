@@ -1,19 +1,20 @@
 // Host µs per inflight step (issue 30 point 5), for the H200: a Llama-3-8B-shaped token-row slot
 // cache (32 layers x K,V x 8 kv heads x 128 x fp16 = 128 KiB a token row, 16 rows a 2 MiB chunk,
 // max_seq_len 8192) with 64 and 256 slots. A step is what the scheduler does on the host: make the
-// step's rows mapped, copy the step's positions to the device, launch the step (a kernel writing
-// every slot's new row + a spin kernel standing for the model, `step_ms` long), record the cache's
-// use; then (outside the timing) wait for the step, as sampling does. Three patterns:
-//   (a) no slot crosses a chunk (rows written inside mapped chunks),
-//   (b) the average rate: every slot grows one row a step, slots staggered (1/16 cross a step),
-//   (c) every slot crosses a chunk in the same step (each grows 16 rows a step).
-// Two ways to map: before = SlotCache::reserve per slot on the step path, no pool; after = the pool
-// filled ahead and the next step's reservations queued on the background mapper right after the
-// launch (the step path only checks its ticket). Every call on the step path is timed: the table
-// gives p99 and max of each kind. Then time to first token: 256 prompts of 512 tokens arrive at
-// once: reserve 256 slots x 512 rows, launch a prefill-sized step, wait; with and without the pool.
-// Usage: bench_inflight_step [--no-cover] (default: the zero cover on at 64 MiB; --no-cover: off,
-// the backend's default, reads of unmapped memory fault).
+// step's rows mapped, launch the step (a kernel writing every slot's new row at positions passed
+// as kernel parameters + a spin kernel standing for the model, `step_ms` long), record the cache's
+// use; then (outside the timing) wait for the step, as sampling does. Patterns (run_pattern):
+// (a) none crosses, (b) the average rate, (c) every slot crosses in the same step (decode: every
+// 16th step; timed over those steps), (s) every slot crosses every step (16 rows a step).
+// Three ways to map (Mapping): before = reserve on the step path, no pool; after, next step = the
+// pool + the next step's rows queued after the launch as a batch, waited for at the next step
+// (the design measured first); after, a chunk ahead = the pool + a prefetch of a whole chunk
+// beyond the next step, so a slot's crossing was mapped 16 steps earlier and the step path's
+// reserve_batch takes no lock. Every call on the step path is timed: the table gives p99 and max of
+// each kind. Then time to first token: 256 prompts of 512 tokens arrive at once: reserve 256 slots
+// x 512 rows, launch a prefill-sized step, wait; with and without the pool, with 2 and 32 MiB chunks.
+// Usage: bench_inflight_step [--cover] (default: no zero cover, the library's default; --cover: the
+// zero cover at 64 MiB, which doubles the driver time of each mapping).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/apis.h"
@@ -57,9 +59,16 @@ double now_us() {
     }                                                                                  \
   } while (0)
 
-// One block per slot writes the row at pos[slot] (16-byte stores).
-__global__ void write_rows(char* base, const int32_t* pos, int64_t slot_bytes, int64_t row_bytes) {
-  uint4* row = reinterpret_cast<uint4*>(base + blockIdx.x * slot_bytes + int64_t(pos[blockIdx.x]) * row_bytes);
+// The step's positions, passed by value as kernel parameters (1 KiB at 256 slots; the limit is
+// 4 KiB): no cudaMemcpyAsync on the step path (it cost 20-40 µs at p99 in this VM).
+constexpr int kMaxSlots = 256;
+struct Positions {
+  int32_t row[kMaxSlots];
+};
+
+// One block per slot writes the row at pos.row[slot] (16-byte stores).
+__global__ void write_rows(char* base, Positions pos, int64_t slot_bytes, int64_t row_bytes) {
+  uint4* row = reinterpret_cast<uint4*>(base + blockIdx.x * slot_bytes + int64_t(pos.row[blockIdx.x]) * row_bytes);
   for (int64_t i = threadIdx.x; i < row_bytes / 16; i += blockDim.x) row[i] = make_uint4(blockIdx.x, 1, 2, 3);
 }
 
@@ -94,8 +103,6 @@ struct Ctx {
   int slots = 0;
   long long cycles_per_ms = 0;
   cudaStream_t stream = nullptr;
-  int32_t* h_pos = nullptr;
-  int32_t* d_pos = nullptr;
 };
 
 void reset_slots(Ctx& c) {
@@ -103,129 +110,180 @@ void reset_slots(Ctx& c) {
   OK(c.cache->collect(true));
 }
 
-// One pattern: steps of `growth` rows per slot (0: (a), 1 staggered: (b), 16: (c)); returns p50/p99.
-void run_pattern(Ctx& c, bool ahead, char pattern, int steps, double step_ms) {
-  const int64_t growth = pattern == 'a' ? 0 : pattern == 'b' ? 1 : 16;
+// How the step's rows get mapped.
+enum class Mapping {
+  kBefore,     // SlotCache::reserve per slot on the step path, no pool
+  kNextStep,   // pool + the next step's rows queued as a batch after the launch, its ticket waited
+  kChunkAhead  // pool + a whole chunk more than the next step needs queued as a prefetch after the
+               // launch; the step path's reserve_batch finds its rows mapped (no lock, no wait)
+};
+const char* name(Mapping m) {
+  return m == Mapping::kBefore ? "before: reserve on the step" : m == Mapping::kNextStep ? "after: next step ahead" : "after: a chunk ahead";
+}
+
+// One pattern: (a) no growth; (b) 1 row a step, slots staggered (1/16 cross a step); (c) 1 row a
+// step, every slot crossing in the same step (every 16th step: its p50/p99 are over those steps
+// only); (s) sustained: 16 rows a step, every slot crosses every step (a chunked prefill's rate).
+void run_pattern(Ctx& c, Mapping mode, char pattern, int steps, double step_ms) {
+  const int64_t rows_per_chunk = static_cast<int64_t>(c.cache->chunk_bytes()) / kRowBytes;
+  const int64_t growth = pattern == 'a' ? 0 : pattern == 's' ? rows_per_chunk : 1;
   std::vector<int64_t> len(c.slots), slots(c.slots);
+  // (c): one row before a chunk's end, so the first step crosses; (a)/(s): one row into a chunk.
+  const int64_t base = pattern == 'c' ? kBaseLen : kBaseLen + 1;
   for (int s = 0; s < c.slots; ++s) {
     slots[s] = s;
-    len[s] = kBaseLen + 1 + (pattern == 'b' ? s % 16 : 0);  // (a)/(c): every slot one row into a chunk
+    len[s] = base + (pattern == 'b' ? s % rows_per_chunk : 0);
     OK(c.cache->reserve(s, len[s], nullptr));
   }
-  Timer timer;
-  std::vector<double> host;
-  std::vector<int> crossings;
-  AheadTicket ticket = 0;
-  auto next_of = [&](const std::vector<int64_t>& l) {
+  auto grown = [&](const std::vector<int64_t>& l, int64_t by) {
     std::vector<int64_t> n(l);
-    for (auto& x : n) x += growth;
+    for (auto& x : n) x = std::min(x + by, kMaxSeqLen);
     return n;
   };
-  if (ahead) OK(map_ahead(c.cache, slots, next_of(len), &ticket));  // the first step's, before the loop
+  AheadTicket ticket = 0;
+  // Before the loop, as a scheduler does when a request is admitted: the first step's rows (and,
+  // a chunk ahead, the chunk after them) queued and carried out.
+  if (mode == Mapping::kNextStep) {  // carried out before the first step (its wait then finds it done)
+    OK(map_ahead(c.cache, slots, grown(len, growth), &ticket));
+    while (!ahead_done(ticket)) std::this_thread::yield();
+  }
+  if (mode == Mapping::kChunkAhead) {
+    OK(map_ahead(c.cache, slots, grown(len, growth + rows_per_chunk), &ticket, AheadKind::kPrefetch));
+    OK(wait_ahead(ticket));
+  }
+  Timer timer;
+  std::vector<double> host, crossing_host;
+  double crossings = 0;
+  Positions pos{};
   for (int step = 0; step < steps; ++step) {
-    const std::vector<int64_t> next = next_of(len);
+    const std::vector<int64_t> next = grown(len, growth);
     int crossed = 0;
     for (int s = 0; s < c.slots; ++s) crossed += (next[s] * kRowBytes + kChunk - 1) / kChunk != (len[s] * kRowBytes + kChunk - 1) / kChunk;
     const double t0 = now_us();
-    if (ahead) {
+    if (mode == Mapping::kNextStep) {
       timer.time("wait for the ticket", [&] { OK(wait_ahead(ticket)); });
+    } else if (mode == Mapping::kChunkAhead) {
+      timer.time("reserve_batch (mapped ahead)", [&] { OK(c.cache->reserve_batch(slots, next, false)); });
     } else {
       for (int s = 0; s < c.slots; ++s) timer.time("reserve (maps on the step)", [&] { OK(c.cache->reserve(s, next[s], nullptr)); });
     }
-    for (int s = 0; s < c.slots; ++s) c.h_pos[s] = static_cast<int32_t>(next[s] - 1);
-    timer.time("cudaMemcpyAsync positions", [&] {
-      CK(cudaMemcpyAsync(c.d_pos, c.h_pos, c.slots * sizeof(int32_t), cudaMemcpyHostToDevice, c.stream));
-    });
+    for (int s = 0; s < c.slots; ++s) pos.row[s] = static_cast<int32_t>(next[s] - 1);
     timer.time("launch write_rows", [&] {
-      write_rows<<<c.slots, 256, 0, c.stream>>>(c.cache->data(), c.d_pos, c.cache->shape().slot_bytes(), kRowBytes);
+      write_rows<<<c.slots, 256, 0, c.stream>>>(c.cache->data(), pos, c.cache->shape().slot_bytes(), kRowBytes);
     });
     timer.time("launch model step", [&] { spin<<<1, 1, 0, c.stream>>>(static_cast<long long>(step_ms * c.cycles_per_ms)); });
     timer.time("record_use (cuEventRecord)", [&] { OK(c.cache->record_use(c.stream)); });
-    if (ahead) timer.time("queue next step (map_ahead)", [&] { OK(map_ahead(c.cache, slots, next_of(next), &ticket)); });
-    host.push_back(now_us() - t0);
-    crossings.push_back(crossed);
+    if (mode == Mapping::kNextStep) {
+      timer.time("queue next step", [&] { OK(map_ahead(c.cache, slots, grown(next, growth), &ticket)); });
+    } else if (mode == Mapping::kChunkAhead) {
+      timer.time("queue a chunk ahead", [&] {
+        OK(map_ahead(c.cache, slots, grown(next, growth + rows_per_chunk), &ticket, AheadKind::kPrefetch));
+        forget_ahead(ticket);
+      });
+    }
+    const double took = now_us() - t0;
+    host.push_back(took);
+    if (crossed == c.slots) crossing_host.push_back(took);
+    crossings += crossed;
     len = next;
     CK(cudaStreamSynchronize(c.stream));  // the step's tokens to the host (sampling): not host work
   }
-  if (ahead) OK(wait_ahead(ticket));
+  if (mode == Mapping::kNextStep) OK(wait_ahead(ticket));
   CK(cudaGetLastError());
-  double mean_cross = 0;
-  for (int x : crossings) mean_cross += x;
-  std::printf("| %d | %s | (%c) | %.1f | %.1f | %.1f | %.1f |", c.slots, ahead ? "after" : "before", pattern,
-              mean_cross / steps, pct(host, 0.5), pct(host, 0.99), *std::max_element(host.begin(), host.end()));
+  const std::vector<double>& v = pattern == 'c' ? crossing_host : host;
+  std::printf("| %d | %s | (%c) | %.1f | %zu | %.1f | %.1f | %.1f |", c.slots, name(mode), pattern, crossings / steps,
+              v.size(), pct(v, 0.5), pct(v, 0.99), *std::max_element(v.begin(), v.end()));
   timer.print();
   std::printf("\n");
   std::fflush(stdout);
   reset_slots(c);
 }
 
+// Time to first token: 256 prompts of 512 tokens at once on `c`'s cache (its chunk size), with the
+// pool filled or without it.
 void ttft(Ctx& c, bool pool) {
   constexpr int64_t kPrompt = 512;
+  const size_t chunk = c.cache->chunk_bytes();
   OK(set_pool_limit(kGpu, pool ? int64_t(64) << 30 : 0));
   int64_t created = 0;
   Backend* b = nullptr;
   OK(get_backend(kGpu, &b));
-  if (pool) OK(pool_fill(b, kChunk, c.slots * (kPrompt * kRowBytes / int64_t(kChunk)) * int64_t(kChunk), &created));
+  const int64_t chunks_per_slot = (kPrompt * kRowBytes + int64_t(chunk) - 1) / int64_t(chunk);
+  if (pool) OK(pool_fill(b, chunk, c.slots * chunks_per_slot * int64_t(chunk), &created));
   const double t0 = now_us();
   for (int s = 0; s < c.slots; ++s) OK(c.cache->reserve(s, kPrompt, nullptr));
   const double reserved = now_us() - t0;
-  for (int s = 0; s < c.slots; ++s) c.h_pos[s] = kPrompt - 1;
-  CK(cudaMemcpyAsync(c.d_pos, c.h_pos, c.slots * sizeof(int32_t), cudaMemcpyHostToDevice, c.stream));
-  write_rows<<<c.slots, 256, 0, c.stream>>>(c.cache->data(), c.d_pos, c.cache->shape().slot_bytes(), kRowBytes);
+  Positions pos{};
+  for (int s = 0; s < c.slots; ++s) pos.row[s] = kPrompt - 1;
+  write_rows<<<c.slots, 256, 0, c.stream>>>(c.cache->data(), pos, c.cache->shape().slot_bytes(), kRowBytes);
   spin<<<1, 1, 0, c.stream>>>(static_cast<long long>(50 * c.cycles_per_ms));  // a 50 ms prefill
   OK(c.cache->record_use(c.stream));
   CK(cudaStreamSynchronize(c.stream));
   const double first = now_us() - t0;
-  std::printf("ttft %d slots x %lld-token prompts, %s: reservations %.1f ms, first token %.1f ms (prefill 50 ms)\n",
-              c.slots, static_cast<long long>(kPrompt), pool ? "pool filled" : "no pool", reserved / 1e3, first / 1e3);
+  std::printf("ttft %d slots x %lld-token prompts, %zu MiB chunks, %s: reservations %.1f ms (%.1f us a chunk), "
+              "first token %.1f ms (prefill 50 ms)\n",
+              c.slots, static_cast<long long>(kPrompt), chunk >> 20, pool ? "pool filled" : "no pool", reserved / 1e3,
+              reserved / double(c.slots * chunks_per_slot), first / 1e3);
   reset_slots(c);
   OK(pool_trim(kGpu));
+}
+
+std::shared_ptr<SlotCache> make_cache(int slots, size_t chunk) {
+  std::shared_ptr<SlotCache> cache;
+  SlotCacheShape shape{slots, kMaxSeqLen, kRowBytes};
+  shape.align_slots = true;
+  const double t0 = now_us();
+  OK(SlotCache::create(kGpu, shape, chunk, &cache));
+  std::printf("(%d slots, %zu MiB chunks: %.0f GiB reserved in %.1f ms)\n", slots, chunk >> 20,
+              cache->reserved_bytes() / double(1 << 30), (now_us() - t0) / 1e3);
+  return cache;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool cover = !(argc > 1 && std::strcmp(argv[1], "--no-cover") == 0);
+  const bool cover = argc > 1 && std::strcmp(argv[1], "--cover") == 0;
   Backend* b = nullptr;
   OK(get_backend(kGpu, &b));
   OK(b->set_zero_granule(cover ? size_t(64) << 20 : 0));
   int clock_khz = 0;
   CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
-  std::printf("zero cover granule %zu MiB; SM clock %d MHz\n", b->zero_granule() >> 20, clock_khz / 1000);
-  std::printf("| slots | mapping | pattern | crossings/step | p50 us | p99 us | max us | each kind of call on the step path: p99/max us |\n|---|---|---|---:|---:|---:|---:|---|\n");
+  std::printf("zero cover granule %zu MiB; SM clock %d MHz; mapper thread SCHED_BATCH once started\n",
+              b->zero_granule() >> 20, clock_khz / 1000);
+  std::printf("| slots | mapping | pattern | crossings/step | steps timed | p50 us | p99 us | max us | each kind of call on the step path: p99/max us |\n"
+              "|---|---|---|---:|---:|---:|---:|---:|---|\n");
+  constexpr int kStepsA = 40, kStepsB = 64, kStepsC = 320, kStepsS = 30;
   for (int slots : {64, 256}) {
     Ctx c;
     c.slots = slots;
     c.cycles_per_ms = static_cast<long long>(clock_khz);
-    SlotCacheShape shape{slots, kMaxSeqLen, kRowBytes};
-    shape.align_slots = true;
-    const double t0 = now_us();
-    OK(SlotCache::create(kGpu, shape, kChunk, &c.cache));
-    std::printf("(%d slots: %.0f GiB reserved in %.1f ms)\n", slots, c.cache->reserved_bytes() / double(1 << 30),
-                (now_us() - t0) / 1e3);
+    c.cache = make_cache(slots, kChunk);
     CK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
-    CK(cudaMallocHost(&c.h_pos, slots * sizeof(int32_t)));
-    CK(cudaMalloc(&c.d_pos, slots * sizeof(int32_t)));
     const double step_ms = slots == 64 ? 8.0 : 16.0;  // about a Llama-3-8B decode step at that batch
-    const int steps_c = 60;
-    for (bool ahead : {false, true}) {
-      OK(set_pool_limit(kGpu, ahead ? int64_t(96) << 30 : 0));
+    for (Mapping mode : {Mapping::kBefore, Mapping::kNextStep, Mapping::kChunkAhead}) {
+      const bool pooled = mode != Mapping::kBefore;
+      OK(set_pool_limit(kGpu, pooled ? int64_t(96) << 30 : 0));
       OK(pool_trim(kGpu));
-      if (ahead) {
-        int64_t created = 0;  // what (c) maps, plus one chunk a slot
-        OK(pool_fill(b, kChunk, int64_t(slots) * (steps_c + 2) * int64_t(kChunk), &created));
+      if (pooled) {
+        int64_t created = 0;  // what (s) maps, plus two chunks a slot (the chunk ahead)
+        const int64_t per_slot = (kBaseLen + kStepsS * 16) * kRowBytes / int64_t(kChunk) + 2;
+        OK(pool_fill(b, kChunk, int64_t(slots) * per_slot * int64_t(kChunk), &created));
       }
-      run_pattern(c, ahead, 'a', 100, step_ms);
-      run_pattern(c, ahead, 'b', 100, step_ms);
-      run_pattern(c, ahead, 'c', steps_c, step_ms);
+      run_pattern(c, mode, 'a', kStepsA, step_ms);
+      run_pattern(c, mode, 'b', kStepsB, step_ms);
+      run_pattern(c, mode, 'c', kStepsC, step_ms);
+      run_pattern(c, mode, 's', kStepsS, step_ms);
     }
     OK(set_pool_limit(kGpu, 0));
+    OK(pool_trim(kGpu));
     if (slots == 256) {
       ttft(c, false);
       ttft(c, true);
+      c.cache = make_cache(slots, size_t(32) << 20);  // 2 chunks a prompt instead of 32
+      ttft(c, false);
+      ttft(c, true);
     }
-    CK(cudaFreeHost(c.h_pos));
-    CK(cudaFree(c.d_pos));
+    c.cache.reset();
     CK(cudaStreamDestroy(c.stream));
   }
   std::printf("bench done\n");
