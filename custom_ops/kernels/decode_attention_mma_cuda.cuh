@@ -115,6 +115,20 @@ __device__ __forceinline__ float online_softmax_row(float (&s)[2][4], int hi, in
   return c;
 }
 
+// The cp.async pipeline's prologue: tiles 0 .. STAGES - 2 in flight (load_tile(stage, tile) commits
+// its group), and one empty group for each stage past the last tile, so the wait counts stay the same.
+template <int STAGES, class Count, class LoadTile>
+__device__ __forceinline__ void prime_pipeline(Count n_tiles, LoadTile& load_tile) {
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < n_tiles) {
+      load_tile(st, st);
+    } else {
+      cp_async_commit();
+    }
+  }
+}
+
 // T: __half or __nv_bfloat16; D: 64, 80, 96, 128 or 256 (CH = D / 8 chunks of 16 bytes per key, rows of
 // CHS = mma_row_chunks(D) chunks in shared memory); WARPS: 4 or 8; MT: M-tiles of 16 rows (1, 2, 4, 8).
 // Warp w computes M-tile w % MT over key slice w / MT (16 keys) of every tile. 8 warps put two warps on
@@ -231,14 +245,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
     cp_async_commit();
   }
-#pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < n_tiles) {
-      load_tile(st, st);
-    } else {
-      cp_async_commit();
-    }
-  }
+  prime_pipeline<STAGES>(n_tiles, load_tile);
 
   // This thread's two rows of every accumulator fragment, r0 = lane / 4 and r0 + 8 of the warp's M-tile:
   // the keys they see, s < vis_end (causal, clipped to the split; s_lo for a row that is not this entry's).

@@ -47,6 +47,7 @@ using decode_cuda::cp_async_wait;
 using decode_cuda::mma_16816;
 using decode_cuda::online_softmax_row;
 using decode_cuda::pack2;
+using decode_cuda::prime_pipeline;
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 
@@ -160,14 +161,7 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentio
     }
     cp_async_commit();
   };
-#pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < n_tiles) {
-      load_tile(st, st);
-    } else {
-      cp_async_commit();  // one group per slot, so that the wait counts stay the same
-    }
-  }
+  prime_pipeline<STAGES>(n_tiles, load_tile);
 
   // Q as the A operand (rows g and g + 8 of the chunk, dims in the permuted order above), while the
   // first tiles fly; zeros for rows that are not query heads of this entry.
