@@ -115,6 +115,21 @@ __device__ __forceinline__ float online_softmax_row(float (&s)[2][4], int hi, in
   return c;
 }
 
+// O's accumulators rescaled after an online-softmax step: rows g (o[n][0..1]) by corr[0], rows g + 8
+// (o[n][2..3]) by corr[1]; skipped when neither maximum moved (most tiles past the first).
+template <int NT>
+__device__ __forceinline__ void rescale_rows(float (&o)[NT][4], const float (&corr)[2]) {
+  if (corr[0] != 1.f || corr[1] != 1.f) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      o[n][0] *= corr[0];
+      o[n][1] *= corr[0];
+      o[n][2] *= corr[1];
+      o[n][3] *= corr[1];
+    }
+  }
+}
+
 // The cp.async pipeline's prologue: tiles 0 .. STAGES - 2 in flight (load_tile(stage, tile) commits
 // its group), and one empty group for each stage past the last tile, so the wait counts stay the same.
 template <int STAGES, class Count, class LoadTile>
@@ -326,15 +341,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         // this lane's share of the row sum; the 4 lanes of a row add up at the end
         corr[hi] = online_softmax_row(s, hi, 2 * (lane % 4), visible, m[hi], l[hi], [=](int, int) { return scale2; });
       }
-      if (corr[0] != 1.f || corr[1] != 1.f) {  // most tiles past the first leave both maxima as they were
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          o[n][0] *= corr[0];
-          o[n][1] *= corr[0];
-          o[n][2] *= corr[1];
-          o[n][3] *= corr[1];
-        }
-      }
+      rescale_rows(o, corr);
       // O += P V: P (16 rows x 16 keys) is the A operand straight from the S accumulators.
       uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]), pack2<T>(s[1][0], s[1][1]),
                         pack2<T>(s[1][2], s[1][3])};

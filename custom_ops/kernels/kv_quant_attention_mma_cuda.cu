@@ -48,6 +48,7 @@ using decode_cuda::mma_16816;
 using decode_cuda::online_softmax_row;
 using decode_cuda::pack2;
 using decode_cuda::prime_pipeline;
+using decode_cuda::rescale_rows;
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 
@@ -252,15 +253,7 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentio
       // lsum: this lane's share of the sum of P, without V scales; O also rescales when U grew (cv)
       corr[hi] = cv * online_softmax_row(s, hi, 2 * t, visible, m[hi], lsum[hi], [&](int nt, int j) { return kf[nt][j]; });
     }
-    if (corr[0] != 1.f || corr[1] != 1.f) {
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        o[n][0] *= corr[0];
-        o[n][1] *= corr[0];
-        o[n][2] *= corr[1];
-        o[n][3] *= corr[1];
-      }
-    }
+    rescale_rows(o, corr);
     // O += P V: P (times int8's V scales over U) as the A operand straight from the scores.
     const uint32_t pa[4] = {pack2<T>(s[0][0] * pf[0][0], s[0][1] * pf[0][1]), pack2<T>(s[0][2] * pf[0][0], s[0][3] * pf[0][1]),
                             pack2<T>(s[1][0] * pf[1][0], s[1][1] * pf[1][1]), pack2<T>(s[1][2] * pf[1][0], s[1][3] * pf[1][1])};
