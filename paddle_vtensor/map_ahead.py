@@ -63,6 +63,8 @@ def reserve_slots_async(cache, slots: Sequence[int], lengths: Sequence[int], *, 
     return at once (``prefetch``: as rows needed later, see the module's docstring). Raises at once
     (nothing queued) for a bad slot or length, a length list of another size, or what is not a slot
     cache."""
+    if not isinstance(prefetch, bool):
+        raise TypeError(f"reserve_slots_async: prefetch must be True or False, got {type(prefetch).__name__}")
     storage = _storage(cache, "reserve_slots_async")
     slots = [_int("reserve_slots_async", "slot", s, out_of_range=SlotError) for s in slots]
     lengths = [_int("reserve_slots_async", "length", n, out_of_range=SlotError) for n in lengths]

@@ -104,6 +104,14 @@ def test_bad_batches_are_refused_at_the_call(slots, lengths, error, match):
     assert pending_tickets() == 0
 
 
+def test_prefetch_must_be_a_bool():
+    c = _cache()
+    with pytest.raises(TypeError, match="prefetch must be True or False"):
+        pvt.reserve_slots_async(c, [0], [1], prefetch="no")  # truthy: would have queued a prefetch
+    assert _state(c) == ([0] * SLOTS, 0)
+    assert pending_tickets() == 0
+
+
 def test_not_a_slot_cache_is_refused():
     with pytest.raises(TypeError, match="slot cache"):
         pvt.reserve_slots_async(np.zeros(3), [0], [1])

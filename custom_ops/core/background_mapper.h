@@ -20,8 +20,9 @@
 // Batches run in submission order, one at a time, on one thread for every cache and device. The
 // thread runs as SCHED_BATCH: waking it never preempts the thread that queued the batch (with
 // SCHED_OTHER the kernel may run the woken mapper on the caller's CPU and leave the caller waiting
-// for a migration while the mapper makes its driver calls: what made queuing cost 290-330 µs when
-// many slots crossed, against 14 µs when none did; PERFORMANCE_H200.md 6).
+// for a migration while the mapper makes its driver calls). Queuing once cost 290-330 µs on the H200
+// when many slots crossed, against 14 µs when none did, and 8-29 µs at p99 after this and two other
+// changes; which of the three mattered is not isolated (PERFORMANCE_H200.md 6c).
 // fork(): the child has no mapper thread; batches queued in the parent when it forked are failed
 // there (their caches' gates opened) and a later map_ahead starts the child's own thread.
 #pragma once
