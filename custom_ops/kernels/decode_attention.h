@@ -27,7 +27,19 @@ struct DecodeOptions {
   bool no_pdl = false;        // plain stream order instead of programmatic dependent launches
   bool no_cluster = false;    // splits merged through the workspace and the merge kernel, never a cluster
   int mma_blocks_per_sm = 1;  // >= 1: tensor-core blocks an SM that the split count fills one wave of
+  // > 0 (a multiple of kSplitKeysUnit): batch-invariant decoding. Splits of exactly this many keys from
+  // key 0 (an entry's last one shorter, splits past its length empty), a kernel and block shape that
+  // depend only on the rows per kv head (query group x Tq), head dim and dtype, merged through the
+  // workspace in split order. A query row's output then depends only on its own q and the keys it sees,
+  // bit for bit: not on the batch, the other entries' lengths, the kv_len bound or its own index t.
+  // So a speculative verify over k + 1 tokens gives the tokens a one-at-a-time loop with the same Tq
+  // gives (tests/native/test_decode_invariance.cu; tests/gpu/spec_loop.py --invariant). At most
+  // kMaxSplits splits of kv_len: kInvalidArgument past that. Excludes `splits`.
+  int64_t split_keys = 0;
 };
+
+// What split_keys must be a multiple of: every kernel's unit of keys (a tensor-core tile is at most 128).
+constexpr int64_t kSplitKeysUnit = 128;
 
 struct DecodeAttentionParams {
   // Sizes. q_heads must be a multiple of kv_heads: query head h reads kv head h / (q_heads / kv_heads).

@@ -146,8 +146,9 @@ __device__ __forceinline__ Entry entry_of(const DecodeAttentionParams& p, int64_
 struct SplitCount {
   int64_t n = 1;
   uint32_t mul = 0, shift = 0;  // unused when n == 1
+  int64_t fixed_keys = 0;       // > 0: split j is keys [j * fixed_keys, (j + 1) * fixed_keys) (split_keys)
   SplitCount() = default;
-  explicit SplitCount(int64_t count) : n(count) {
+  explicit SplitCount(int64_t count, int64_t fixed = 0) : n(count), fixed_keys(fixed) {
     if (count > 1) {
       uint32_t l = 0;  // ceil(log2(count))
       while ((int64_t(1) << l) < count) ++l;
@@ -180,6 +181,13 @@ template <int STEP, typename I>
 __device__ __forceinline__ void split_range(int64_t n, int64_t split, const SplitCount& splits, int64_t* lo,
                                             int64_t* hi) {
   static_assert(STEP > 0 && (STEP & (STEP - 1)) == 0, "a power of two: the division is a shift");
+  static_assert(kSplitKeysUnit % STEP == 0, "fixed splits are whole steps");
+  if (splits.fixed_keys > 0) {  // DecodeOptions::split_keys: boundaries from key 0, not from the entry's length
+    const int64_t first = split * splits.fixed_keys, last = first + splits.fixed_keys;
+    *lo = first < n ? first : n;
+    *hi = last < n ? last : n;
+    return;
+  }
   const I steps = (static_cast<I>(n) + STEP - 1) / STEP, sp = static_cast<I>(split);
   // By SplitCount's multiply-high in both types (steps <= kv_len <= INT32_MAX): a 64-bit division is a
   // subroutine of dozens of dependent instructions between the entry's length and its first load. Its

@@ -201,7 +201,7 @@ Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream
     ws.acc = static_cast<float*>(p.workspace);
     ws.ml = ws.acc + plan.splits * plan.rows_total * p.head_dim;
   }
-  const SplitCount splits(plan.splits);
+  const SplitCount splits(plan.splits, plan.split_keys);
   const unsigned entries = static_cast<unsigned>(p.batch * p.kv_heads), grid_y = static_cast<unsigned>(plan.splits);
   Status s;
   if (plan.mma_kernel) {

@@ -136,6 +136,37 @@ void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, const i
                   clusters * plan->splits <= plan->sms && clusters_fit(clusters, plan->splits, max_clusters);
 }
 
+// DecodeOptions::split_keys: the split boundaries, the warps and the merge fixed by the options and the
+// rows per kv head alone (never by the batch, kv_len or the device's SM count), so that each row's
+// arithmetic is the same in every call that sees its keys. The merge kernel merges in split order, and
+// an empty split (m = -inf, zeros) adds exact zeros; one split writes what the merge of one would. A
+// cluster merge is left out: its arithmetic is the merge kernel's, but a second compiled site need not
+// contract its multiply-adds the same way.
+Status plan_fixed_splits(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan) {
+  const DecodeOptions& o = options_of(p);
+  const int64_t n = (p.kv_len + o.split_keys - 1) / o.split_keys;
+  if (n > kMaxSplits) {
+    return Status(Code::kInvalidArgument, "decode_attention_cuda: options.split_keys " + std::to_string(o.split_keys) +
+                                              " gives " + std::to_string(n) + " splits of kv_len " +
+                                              std::to_string(p.kv_len) + ", more than " + std::to_string(kMaxSplits));
+  }
+  plan->splits = n;
+  plan->keys_per_split = plan->split_keys = o.split_keys;
+  plan->cluster = false;
+  if (plan->mma_kernel) {
+    plan->mma_warps = plan->mma_tiles > 1 ? 8 : o.mma_warps != 0 ? o.mma_warps : 4;
+    if (!mma_instance_exists(static_cast<int>(p.head_dim), plan->mma_warps, plan->mma_tiles)) plan->mma_warps = 4;
+    if (occupancy.mma_resident[plan->mma_warps == 8 ? 1 : 0] == 0) {
+      return Status(Code::kDriver, "decode_attention_cuda: the tensor-core kernel with " +
+                                       std::to_string(plan->mma_warps) + " warps cannot be resident");
+    }
+    plan->mma_sm_exclusive = mma_one_block_an_sm(p, *plan);  // residency only: not the arithmetic
+  }
+  plan->workspace_bytes = plan->splits <= 1 ? 0
+                                            : static_cast<size_t>(plan->splits * plan->rows_total * (p.head_dim + 2)) * sizeof(float);
+  return Status::Ok();
+}
+
 }  // namespace
 
 const DecodeOptions& options_of(const DecodeAttentionParams& p) {
@@ -144,6 +175,12 @@ const DecodeOptions& options_of(const DecodeAttentionParams& p) {
 }
 
 Status check_options(const DecodeOptions& o) {
+  if (o.split_keys < 0 || o.split_keys % kSplitKeysUnit != 0 || (o.split_keys > 0 && o.splits > 0)) {
+    return Status(Code::kInvalidArgument,
+                  "decode_attention_cuda: options.split_keys must be 0 or a positive multiple of " +
+                      std::to_string(kSplitKeysUnit) + " and cannot be combined with splits; got split_keys " +
+                      std::to_string(o.split_keys) + ", splits " + std::to_string(o.splits));
+  }
   if (o.splits < 0 || (o.mma_warps != 0 && o.mma_warps != 4 && o.mma_warps != 8) || o.mma_blocks_per_sm < 1) {
     return Status(Code::kInvalidArgument,
                   "decode_attention_cuda: options need splits >= 0, mma_warps 0, 4 or 8 and mma_blocks_per_sm >= 1; "
@@ -192,7 +229,8 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
   // elsewhere the one-row kernel was as fast or faster (B=1, B=32, S=16k). Measured at head_dim 64 and
   // 128 only, so only there.
   const int64_t key_chunks = D * eb / 16, entries = p.batch * p.kv_heads;
-  const bool one_wave_short = entries > plan.sms && entries <= 2 * plan.sms && p.kv_len <= 4096 && (D == 64 || D == 128);
+  // Not with split_keys: the kernel may then depend on nothing but the rows per kv head, D and the dtype.
+  const bool one_wave_short = o.split_keys == 0 && entries > plan.sms && entries <= 2 * plan.sms && p.kv_len <= 4096 && (D == 64 || D == 128);
   const bool q16 = p.q_stride[3] == 1 && aligned16(p.q) && p.q_stride[0] % vec == 0 && p.q_stride[1] % vec == 0 &&
                    p.q_stride[2] % vec == 0;
   const bool mma = eb == 2 && q16 && R <= kMmaMaxRows * kMmaMaxTiles && mma_head_dim(D) && device.mma_compiled &&
@@ -213,6 +251,7 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
 
 Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan) {
   const DecodeOptions& o = options_of(p);
+  if (o.split_keys > 0) return plan_fixed_splits(p, occupancy, plan);
   if (plan->mma_kernel) {
     // One block per SM, not the 2 resident ones of the 4-warp kernel: on the H200 (GQA 32/8, fp16)
     // that was as fast or faster on all 12 shapes of B x S, up to 9% (B = 1, S = 16k); fewer, longer

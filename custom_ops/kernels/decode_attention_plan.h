@@ -116,6 +116,7 @@ struct Plan {
   int64_t row_groups = 1;
   int64_t splits = 1;
   int64_t keys_per_split = 0;  // of a bound-long entry: a host estimate (the kernels use split_range)
+  int64_t split_keys = 0;      // > 0: every split exactly this many keys from key 0 (DecodeOptions::split_keys)
   int64_t rows_total = 0;      // B * Hq * Tq: rows of the workspace
   bool rows_kernel = false;    // decode_attention_rows_kernel: K/V tiles in shared memory, a row per warp
   bool mma_kernel = false;     // decode_attention_mma_kernel: all rows of a kv head on tensor cores
@@ -133,7 +134,8 @@ struct Plan {
 // The options a call runs with: p.options, or the defaults.
 const DecodeOptions& options_of(const DecodeAttentionParams& p);
 
-// Options out of range (negative splits, warps other than 0, 4 or 8, blocks an SM below 1): kInvalidArgument.
+// Options out of range (negative splits, warps other than 0, 4 or 8, blocks an SM below 1, split_keys
+// negative, not a multiple of kSplitKeysUnit or given with splits): kInvalidArgument.
 Status check_options(const DecodeOptions& o);
 
 // Step 1: kernel family and block shape (p checked by the caller).

@@ -79,6 +79,17 @@ class CApi:
         strides = _arr(_I64, [*q.stride(), *k.stride(), *v.stride(), *out.stride()])
         return dims, ptrs, strides
 
+    _OPTIONS = ("splits", "no_mma", "mma_mha", "mma_warps", "no_pdl", "no_cluster", "mma_blocks_per_sm", "split_keys")
+    _OPTION_DEFAULTS = (0, 0, 0, 0, 0, 0, 1, 0)
+
+    def set_decode_options(self, **options):
+        """pvt_torch's set_decode_options: the DecodeOptions every later plan uses (none: the defaults)."""
+        unknown = set(options) - set(self._OPTIONS)
+        if unknown:
+            raise TypeError(f"set_decode_options: unknown options {sorted(unknown)}")
+        values = [int(options.get(n, d)) for n, d in zip(self._OPTIONS, self._OPTION_DEFAULTS)]
+        self._check(self.lib.pvt_capi_set_decode_options(_arr(_I64, values)))
+
     def workspace_bytes(self, q, k, v, out, kv_len, cache_seqlens=None):
         n = _I64()
         self._check(self.lib.pvt_capi_attention_workspace(*self._attention_args(q, k, v, out, kv_len, cache_seqlens),

@@ -6,7 +6,7 @@ O=${OUT:-/tmp/out}
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1; git log --oneline -1 2>/dev/null; } > "$O/machine.txt"
 cmake -S tests/native -B /tmp/nb -DPVT_WITH_CUDA=ON -G Ninja > "$O/native_build.log" 2>&1 && cmake --build /tmp/nb -j16 >> "$O/native_build.log" 2>&1
 echo "native build rc=$? at ${SECONDS}s" | tee -a "$O/native_build.log"
-for t in "test_decode_plan" "test_core" "test_cuda" "test_slot_cache_cuda --no-bench" "test_speculative_accept_cuda" "test_phys_chunks_cuda" "test_slot_share_cuda" "test_chunk_pool" "test_deferred_release_cuda" "test_decode_attention --no-bench" "test_background_mapper" "test_map_prefetch" "test_zero_cover" "test_zero_reads_cuda" "test_kv_quant_cuda --no-bench"; do
+for t in "test_decode_plan" "test_core" "test_cuda" "test_slot_cache_cuda --no-bench" "test_speculative_accept_cuda" "test_phys_chunks_cuda" "test_slot_share_cuda" "test_chunk_pool" "test_deferred_release_cuda" "test_decode_attention --no-bench" "test_decode_invariance" "test_background_mapper" "test_map_prefetch" "test_zero_cover" "test_zero_reads_cuda" "test_kv_quant_cuda --no-bench"; do
   echo "== $t (start ${SECONDS}s)"; timeout 300 /tmp/nb/$t > /tmp/t.log 2>&1; rc=$?
   grep -E "^(info|FAIL)" /tmp/t.log | head -40; tail -1 /tmp/t.log; echo "rc=$rc"
 done > "$O/native_tests.log" 2>&1

@@ -10,6 +10,7 @@
 
 #include "core/apis.h"
 #include "kernels/decode_attention.h"
+#include "kernels/decode_attention_plan.h"
 #include "kernels/speculative_accept.h"
 
 namespace {
@@ -22,6 +23,9 @@ int fail(const std::string& what) {
 }
 
 int status(const pvt::Status& s) { return s.ok() ? 0 : fail(s.to_string()); }
+
+// What attention plans with (pvt_capi_set_decode_options; a CUDA graph keeps the plan of its capture).
+pvt::DecodeOptions g_options;
 
 struct CacheHandle {
   std::shared_ptr<pvt::SeqMajorCache> cache;
@@ -73,8 +77,26 @@ int64_t pvt_capi_mapped_bytes_total(int device) {
   return static_cast<int64_t>(pvt::memory_stats(pvt::Device::cuda(device)).mapped_bytes);
 }
 
+// ints: splits, no_mma, mma_mha, mma_warps, no_pdl, no_cluster, mma_blocks_per_sm, split_keys (pvt::DecodeOptions).
+int pvt_capi_set_decode_options(const int64_t* ints) {
+  pvt::DecodeOptions o;
+  o.splits = ints[0];
+  o.no_mma = ints[1] != 0;
+  o.mma_mha = ints[2] != 0;
+  o.mma_warps = static_cast<int>(ints[3]);
+  o.no_pdl = ints[4] != 0;
+  o.no_cluster = ints[5] != 0;
+  o.mma_blocks_per_sm = static_cast<int>(ints[6]);
+  o.split_keys = ints[7];
+  const pvt::Status s = pvt::decode_plan::check_options(o);
+  if (!s.ok()) return status(s);
+  g_options = o;
+  return 0;
+}
+
 int pvt_capi_attention_workspace(const int64_t* dims, void* const* ptrs, const int64_t* strides, int64_t* bytes) {
-  const auto p = attention_params(dims, ptrs, strides);
+  auto p = attention_params(dims, ptrs, strides);
+  p.options = &g_options;
   const pvt::Status s = pvt::check_decode_attention_params(p);
   if (!s.ok()) return status(s);
   *bytes = static_cast<int64_t>(pvt::decode_attention_cuda_workspace_bytes(p));
@@ -84,6 +106,7 @@ int pvt_capi_attention_workspace(const int64_t* dims, void* const* ptrs, const i
 int pvt_capi_attention(const int64_t* dims, void* const* ptrs, const int64_t* strides, void* workspace,
                        int64_t workspace_bytes, void* stream) {
   auto p = attention_params(dims, ptrs, strides);
+  p.options = &g_options;
   p.workspace = workspace;
   p.workspace_bytes = static_cast<size_t>(workspace_bytes);
   return status(pvt::decode_attention_cuda(p, stream));

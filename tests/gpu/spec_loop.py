@@ -13,6 +13,10 @@ in fp32 only (allow_fp16_reduced_precision_reduction off): no exact ties made by
 no fp16 split-K partials. That does not make the fp16 forwards batch-invariant: the one-token and the
 k+1-token forwards run other GEMM and attention kernels, so a row's hidden state differs in its last bits
 and a near-tie (fp32 top-2 margin below about 0.01) can still flip (docs/PERFORMANCE_H200.md section 5).
+--invariant K makes them so: every target-shaped forward (the reference loop, the verify, draft == target)
+runs k + 1 tokens a sequence (the real ones, then copies: one GEMM shape, one attention Tq), and the
+attention takes fixed splits of K keys from key 0 (DecodeOptions::split_keys): a real token's logits are
+then the same bits at any index, in any batch (tests/native/test_decode_invariance.cu for the attention).
 
 The prompt: ctx - 1 tokens of random K/V in every cache (llama_loop.prompt_kv), then its last token y0
 through a one-token step of the target, which gives the first token x0. From there:
@@ -38,7 +42,10 @@ flags (one read); torch.cuda.set_sync_debug_mode counts the reads during the tim
 (b) static: llama_loop.run's static-cache loop (eager SDPA over a preallocated cache; layers only).
 Usage: python3 tests/gpu/spec_loop.py OUT.json [--kv-heads 32|8] [--batches 1,8,32] [--ks 2,4,6] [--new 64]
        [--ps 0.5,0.7,0.8,0.9,1.0] [--ctx 4096] [--draft-layers 1] [--draft-vocab 32768] [--draft-fc 1|0]
-       [--fp32-check] [--capi]
+       [--fp32-check] [--capi] [--invariant SPLIT_KEYS|auto]
+  --invariant K: batch-invariant target (decode option split_keys K, a multiple of 128; every target-shaped
+       forward padded to k + 1 tokens); ids checked against the one-token loop through the same forward.
+       auto: K for each batch size (invariant_split_keys), so that B x kv heads x splits fill one wave
   --capi: the extension's functions from build/spec_capi/libpvt_spec.so (pvt_capi.py) instead of build.load()
        python3 tests/gpu/spec_loop.py OUT.json --tiny-cpu     (no GPU: tiny fp32 model, torch references
                                                               for the attention and the accept kernel)
@@ -144,13 +151,21 @@ class Stack:
             self.caches += [c for c, _ in pair if c is not None]
             self.views.append([t for _, t in pair])
         self.lens = torch.full((B,), ctx - 1, dtype=torch.int32, device=ll.dev)
-        self.ws = None
-        if ext is not None:  # one workspace for every query count this stack runs
-            K = self.views[0][0]
-            sizes = [ext.workspace_bytes(torch.empty(B, t, ll.H, ll.D, device=ll.dev, dtype=ll.dt), K, K,
-                                         torch.empty(B, t, ll.H, ll.D, device=ll.dev, dtype=ll.dt), cap, self.lens)
-                     for t in range(1, max_tq + 1)]
-            self.ws = torch.empty(max(sizes), dtype=torch.uint8, device=ll.dev)
+        self.ws, self.max_tq = None, max_tq
+        self.size_workspace()
+
+    def size_workspace(self):
+        """One workspace for every query count this stack runs, under the decode options set now (grown,
+        never shrunk: the graphs captured before keep their pointers)."""
+        ext, B = self.env.ext, self.B
+        if ext is None:
+            return
+        K = self.views[0][0]
+        need = max(ext.workspace_bytes(torch.empty(B, t, ll.H, ll.D, device=ll.dev, dtype=ll.dt), K, K,
+                                       torch.empty(B, t, ll.H, ll.D, device=ll.dev, dtype=ll.dt), self.cap, self.lens)
+                   for t in range(1, self.max_tq + 1))
+        if self.ws is None or self.ws.numel() < need:
+            self.ws = torch.empty(max(need, 1), dtype=torch.uint8, device=ll.dev)
 
     def reserve(self, end):
         """Host: map every cache up to token `end` (an upper bound on any sequence's length)."""
@@ -158,10 +173,18 @@ class Stack:
         for c in self.caches:
             c.reserve(end)
 
-    def forward(self, ids):
+    def forward(self, ids, pad_to=None):
         """ids int64 [B, T] -> float32 logits [B, T, this stack's vocabulary]; writes the tokens' K/V at
-        lens + t (lens is not advanced: the caller does, by what it keeps)."""
+        lens + t (lens is not advanced: the caller does, by what it keeps).
+        pad_to (--invariant): the forward runs pad_to tokens a sequence, the T real ones first, then copies
+        of the last (their K/V written past the real ones, overwritten by the next forward): every GEMM
+        then has the verify's M = B (k + 1) rows and the attention its Tq, so cuBLAS and the attention
+        plan run the same kernels for a real token at any index; with the decode options' split_keys a
+        row's result is then the same bits in the one-token loop, the draft and the verify."""
         B, T = ids.shape
+        if pad_to is not None and pad_to > T:
+            ids = torch.cat([ids, ids[:, -1:].expand(B, pad_to - T)], 1)
+        real, T = T, ids.shape[1]
         env = self.env
         pos = (self.lens.long()[:, None] + torch.arange(T, device=ll.dev)[None]).reshape(-1)
         row = torch.arange(B, device=ll.dev).repeat_interleave(T)
@@ -185,11 +208,11 @@ class Stack:
         for i, w in enumerate(self.layers):
             x = ll.layer(x, w, make(i), env.kvh, T)
         if self.feat is not None:
-            self.feat.copy_(x.view(B, T, -1)[:, -1])
+            self.feat.copy_(x.view(B, T, -1)[:, real - 1])
         z = logits_f32(ll.rms_norm(x), self.head)
         if self.prior is not None:
             z = z + self.prior
-        return z.view(B, T, -1)
+        return z.view(B, T, -1)[:, :real]
 
 
 def reference_attention(q, K, V, lens, kvh):
@@ -266,7 +289,8 @@ class Run:
         self.cap = ctx + N + 2 * kmax + 8
         self.tgt = Stack(env, env.W, B, self.cap, ctx, kmax + 1)
         self.drf = Stack(env, env.W[:draft_layers], B, self.cap, ctx, 2, draft=True)
-        self.self_drf = Stack(env, env.W, B, self.cap, ctx, 2) if self_draft else None
+        # draft == target: padded to k + 1 tokens a forward with --invariant
+        self.self_drf = Stack(env, env.W, B, self.cap, ctx, kmax + 1) if self_draft else None
         for s in self.stacks():
             s.reserve(ctx + 1)
         g = torch.Generator(device=ll.dev).manual_seed(11)
@@ -280,8 +304,19 @@ class Run:
     def stacks(self):
         return [s for s in (self.tgt, self.drf, self.self_drf) if s is not None]
 
+    def prime(self, pad):
+        """--invariant: the prompt's last token through the target again, padded as every later target
+        forward (its K/V at ctx - 1 and x0 as the loops that follow compute them)."""
+        for s in self.stacks():
+            s.size_workspace()
+        self.tgt.lens.fill_(self.ctx - 1)
+        with torch.no_grad():
+            self.x0 = self.tgt.forward(self.y0[:, None], pad_to=pad)[:, 0].argmax(-1)
+        self.tgt.lens.fill_(self.ctx)
+
     # ---- plain greedy decoding: the reference ids and the decode step's time ----
-    def plain(self):
+    def plain(self, pad=None):
+        """pad (--invariant): every step's forward padded to pad tokens a sequence (Stack.forward)."""
         B, N, tgt = self.B, self.N, self.tgt
         out = torch.zeros(B, N, dtype=torch.int64, device=ll.dev)
         margin = torch.zeros(B, N, dtype=torch.float32, device=ll.dev)
@@ -296,7 +331,7 @@ class Run:
             col.fill_(1)
 
         def step():
-            z = tgt.forward(x[:, None])[:, 0]
+            z = tgt.forward(x[:, None], pad_to=pad)[:, 0]
             g = z.argmax(-1)  # as the verify picks (topk's order among equal values is not argmax's)
             top = z.topk(2, dim=-1)
             out.index_copy_(1, col, g[:, None])
@@ -305,7 +340,7 @@ class Run:
             col.add_(1)
             x.copy_(g)
 
-        tgt.reserve(self.ctx + N + 1)
+        tgt.reserve(self.ctx + N + (pad or 1))
         replay = self.graphs.capture(step, reset)
         reset()
         sync()
@@ -321,10 +356,12 @@ class Run:
         return {"ms_per_step": round(secs * 1e3 / (N - 1), 3), "tok_s": round(B * (N - 1) / secs, 1)}
 
     # ---- speculative decoding ----
-    def spec(self, k, rows, self_draft=False):
-        """rows: [(name, p)], p None = the draft's own tokens. Returns one dict a row."""
+    def spec(self, k, rows, self_draft=False, invariant=False):
+        """rows: [(name, p)], p None = the draft's own tokens. Returns one dict a row. invariant: draft ==
+        target's forwards padded to k + 1 tokens (Stack.forward), as the verify and the reference."""
         B, N, env, tgt = self.B, self.N, self.env, self.tgt
         drf = self.self_drf if self_draft else self.drf
+        pad = k + 1 if invariant and self_draft else None
         dev = ll.dev
         i32 = dict(dtype=torch.int32, device=dev)
         i64 = dict(dtype=torch.int64, device=dev)
@@ -356,7 +393,7 @@ class Run:
             oracle = table.gather(1, idx)
             feed = torch.stack([y, x], 1)
             for j in range(k):
-                own = drf.forward(feed)[:, -1].argmax(-1)
+                own = drf.forward(feed, pad_to=pad)[:, -1].argmax(-1)
                 drafts[:, j] = torch.where(use_oracle, oracle[:, j], own)
                 drf.lens.add_((fin == 0).int() * feed.shape[1])  # a finished sequence's lengths stay
                 feed = drafts[:, j:j + 1]
@@ -379,7 +416,7 @@ class Run:
             x.copy_(x_next)
 
         for s in (tgt, drf):  # what the warm-up before each capture writes
-            s.reserve(self.ctx + 2 * k + 2)
+            s.reserve(self.ctx + 2 * k + 2 + (k + 1 if pad else 0))
         phases = [self.graphs.capture(fn, reset) for fn in (draft, verify, accept)]
         results = []
         for name, p in rows:
@@ -432,7 +469,7 @@ class Run:
                 # Steps every unfinished sequence still needs for sure; map ahead for them.
                 n = max(1, -(-(N - low) // (k + 1)))
                 for s in (tgt, drf):
-                    s.reserve(top + n * (k + 1) + 1)
+                    s.reserve(top + (n + 1) * (k + 1) + 1)  # + k + 1: a padded draft forward's tail
                 for _ in range(n):
                     m = [event() for _ in range(4)]
                     for e, phase in zip(m, phases):
@@ -485,9 +522,23 @@ def static_baseline(ext, W, kvh, B, ctx):
     return best
 
 
+def invariant_split_keys(arg, B, kvh, run_len):
+    """--invariant's split size for batch B: the number given, or (auto) the fewest 128-key multiples that
+    split the longest sequence of the run into as many pieces as one wave of blocks (an SM each) allows for
+    B x kvh entries, as the default plan would (one split from B x kvh >= SMs). 0: not invariant. One
+    size for the whole run at this B, so the reference, the verify and draft == target share it."""
+    if arg == "0":
+        return 0
+    if arg != "auto":
+        return int(arg)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if ll.dev == "cuda" else 132
+    per_piece = -(-run_len // max(1, sms // (B * kvh)))  # ceil
+    return -(-per_piece // 128) * 128
+
+
 def short(r):
     """One line of a row for the log."""
-    keys = ("B", "name", "k", "tok_s", "speedup_vs_plain", "mean_accepted", "acceptance_rate", "draft_vocab_coverage", "verify_ms_median", "draft_ms_median",
+    keys = ("B", "name", "k", "tok_s", "speedup_vs_plain", "plain_inv_ms_per_step", "plain_inv_ids_equal_plain_seqs", "mean_accepted", "acceptance_rate", "draft_vocab_coverage", "verify_ms_median", "draft_ms_median",
             "plain_ms_per_step", "steps", "host_checks", "syncs_seen", "ids_equal_seqs", "seqs")
     return " ".join(f"{key}={r[key]}" for key in keys if key in r) + (f" diffs={r['first_diffs'][:2]}" if r.get("first_diffs") else "")
 
@@ -501,6 +552,10 @@ def main():
     # The draft (EAGLE-3's shape): draft_layers target-shaped layers behind EAGLE's fc, and an output
     # layer over the draft_vocab most frequent tokens (Env).
     draft_layers, draft_vocab, draft_fc = arg("--draft-layers", 1), arg("--draft-vocab", 32768), arg("--draft-fc", 1)
+    # --invariant K: batch-invariant target (split_keys K, every forward padded to k + 1 tokens); the
+    # ids are then checked against a one-token loop through that forward (Run.plain(pad)), and the
+    # speed-up is still against the unpadded plain loop (c) with the default plan.
+    invariant = arg("--invariant", "0")
     if tiny:
         set_shape(4, 128, 256, 4, 32, torch.float32, "cpu")
         kvh, vocab, ctx, N = 2, 256, 32, 24
@@ -531,6 +586,7 @@ def main():
     doc = {"kv_heads": kvh, "vocab": vocab, "ctx": ctx, "new_tokens": N, "layers": ll.L, "hidden": ll.HID,
            "heads": ll.H, "head_dim": ll.D, "mlp": ll.MLP, "dtype": str(ll.dt), "draft_layers": draft_layers,
            "draft_vocab": draft_vocab, "draft_fc": bool(draft_fc), "zipf_alpha": ZIPF_ALPHA if draft_vocab < vocab else None,
+           "invariant": None if invariant == "0" else invariant,
            "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "rows": rows}
     if ll.dev == "cuda":
         doc.update(device=torch.cuda.get_device_name(), torch=torch.__version__)
@@ -547,8 +603,12 @@ def main():
             if ext is not None and not fp32:
                 static_ms = static_baseline(ext, env.W, kvh, B, ctx)
                 torch.cuda.empty_cache()  # its cache back to the device before ours are mapped
+            split_keys = invariant_split_keys(invariant, B, kvh, run_len=ctx + N + 2 * max(ks))
+            if ext is not None and split_keys:
+                ext.set_decode_options()  # the plain loop (c) as it runs by default
             run = Run(env, B, ctx, N, max(ks), draft_layers, self_draft=(B == batches[0]))
             plain = run.plain()
+            fast_ids = run.plain_ids.clone()
             base = {"B": B, "plain_ms_per_step": plain["ms_per_step"], "plain_tok_s": plain["tok_s"],
                     "static_ms_per_step": None if static_ms is None else round(static_ms, 3),
                     "static_tok_s": None if static_ms is None else round(B * 1e3 / static_ms, 1)}
@@ -558,8 +618,17 @@ def main():
                 todo.append((4, [("self (draft == target)", None)], True))
             for k, spec_rows, self_draft in todo:
                 try:
-                    for r in run.spec(k, spec_rows, self_draft=self_draft):
-                        rows.append(dict(base, **r, speedup_vs_plain=round(r["tok_s"] / plain["tok_s"], 3)))
+                    extra = {}
+                    if split_keys:  # the reference: the one-token loop through the same padded forward
+                        if ext is not None:
+                            ext.set_decode_options(split_keys=split_keys)
+                        run.prime(k + 1)
+                        ref = run.plain(pad=k + 1)
+                        extra = {"invariant_split_keys": split_keys, "plain_inv_ms_per_step": ref["ms_per_step"],
+                                 "plain_inv_tok_s": ref["tok_s"],
+                                 "plain_inv_ids_equal_plain_seqs": int((run.plain_ids == fast_ids).all(1).sum())}
+                    for r in run.spec(k, spec_rows, self_draft=self_draft, invariant=bool(split_keys)):
+                        rows.append(dict(base, **extra, **r, speedup_vs_plain=round(r["tok_s"] / plain["tok_s"], 3)))
                         print(short(rows[-1]), flush=True)
                 except Exception as ex:  # noqa: BLE001 - the other settings still run; the error is recorded
                     doc.setdefault("errors", []).append(f"B={B} k={k} self={self_draft}: {type(ex).__name__}: {ex}"[:300])

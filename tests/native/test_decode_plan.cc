@@ -146,6 +146,7 @@ DecodeOptions options_for(const Case& c) {
   if (n == "no_pdl") o.no_pdl = c.value != 0;
   if (n == "no_cluster") o.no_cluster = c.value != 0;
   if (n == "mma_blocks_per_sm") o.mma_blocks_per_sm = static_cast<int>(c.value);
+  if (n == "split_keys") o.split_keys = c.value;
   return o;
 }
 
@@ -267,6 +268,62 @@ void test_cluster_fit(Report& r) {
   }
 }
 
+// DecodeOptions::split_keys (batch-invariant decoding): for one row shape (query group x Tq, head dim,
+// dtype, layout) the kernel, its block shape and the merge are the same whatever the batch and the kv_len
+// bound, the splits are ceil(kv_len / split_keys), never a cluster, and the workspace holds them; bad
+// values and too many splits are refused.
+void test_split_keys(Report& r) {
+  struct Shape { const char* name; int dtype; int64_t Hq, Hkv, D, Tq; int slot; };
+  const Shape shapes[] = {{"gqa_tq5", 1, 32, 8, 128, 5, 1}, {"gqa_tq1", 1, 32, 8, 128, 1, 0},
+                          {"mha_tq1", 1, 32, 32, 128, 1, 0}, {"mha_tq5", 2, 32, 32, 128, 5, 1},
+                          {"mqa_tq3", 1, 32, 1, 128, 3, 0}, {"gemma_tq2", 2, 8, 1, 256, 2, 1},
+                          {"fp32_gqa_tq5", 0, 32, 8, 128, 5, 0}};
+  for (const Shape& s : shapes) {
+    for (int64_t keys : {int64_t{256}, int64_t{512}}) {
+      Plan first;
+      bool have_first = false;
+      for (int64_t B : {1, 8, 32}) {
+        for (int64_t S : {200, 1000, 4096, 4160, 16384}) {
+          const Case c{s.name, s.dtype, B, S, s.Hq, s.Hkv, s.D, s.Tq, s.slot, 0, 0, "split_keys", keys, {}, 1};
+          const DecodeOptions o = options_for(c);
+          const std::string n = "split_keys." + name_of(c);
+          Plan plan;
+          if (!r.ok(plan_case(c, &o, &plan), n + ".plan")) continue;
+          const int64_t splits = (S + keys - 1) / keys;
+          r.eq(plan.splits, splits, n + ".splits");
+          r.eq(plan.split_keys, keys, n + ".split_keys");
+          r.eq(plan.cluster, false, n + ".no_cluster");
+          r.eq(plan.workspace_bytes,
+               splits > 1 ? static_cast<size_t>(splits * B * s.Hq * s.Tq * (s.D + 2) * 4) : size_t{0},
+               n + ".workspace_bytes");
+          if (!have_first) {
+            first = plan, have_first = true;
+            continue;
+          }
+          const bool same = plan.mma_kernel == first.mma_kernel && plan.rows_kernel == first.rows_kernel &&
+                            plan.mma_tiles == first.mma_tiles && plan.mma_warps == first.mma_warps &&
+                            plan.rows == first.rows && plan.lanes == first.lanes && plan.chunks == first.chunks &&
+                            plan.vec == first.vec && plan.row_groups == first.row_groups;
+          r.check(same, n + ".same_kernel_as_b1");
+        }
+      }
+    }
+  }
+  DecodeOptions o;
+  o.split_keys = 100;
+  r.code(check_options(o), Code::kInvalidArgument, "split_keys.not_a_multiple");
+  o.split_keys = -128;
+  r.code(check_options(o), Code::kInvalidArgument, "split_keys.negative");
+  o.split_keys = 128;
+  o.splits = 4;
+  r.code(check_options(o), Code::kInvalidArgument, "split_keys.with_splits");
+  o.splits = 0;
+  r.ok(check_options(o), "split_keys.128_ok");
+  const Case many{"split_keys_many", 1, 1, kMaxSplits * 128 + 1, 32, 8, 128, 1, 0, 0, 0, "split_keys", 128, {}, 1};
+  Plan plan;
+  r.code(plan_case(many, &o, &plan), Code::kInvalidArgument, "split_keys.too_many_splits");
+}
+
 }  // namespace
 
 int main() {
@@ -274,5 +331,6 @@ int main() {
   test_table(r);
   test_errors(r);
   test_cluster_fit(r);
+  test_split_keys(r);
   return r.finish();
 }
