@@ -7,11 +7,13 @@ lengths seeded: a quarter of the slots long (8k-16k keys), the rest short (256-2
 holds 16k + 64 keys a slot (its capacity: the plan's bound). Cold L2 as in bench_families.py (copies read
 in turn where the read bytes are under 3 x L2), CUDA-graph replay, best of --reps.
   ours_slot    decode_attention_cuda over the per-slot cache with cache_seqlens
+  ours_sk<K>   the same with fixed splits of K keys from key 0 (--split-keys K,...; DecodeOptions::split_keys):
+               an entry's own length then sets how many of its blocks do work, on the device
   sdpa_<be>    SDPA (cudnn, flash) over K/V padded to the batch's longest slot, no mask: a timing
                yardstick only (it reads and computes the padding, as a padded batch does)
 read GB/s: bytes of K+V in the slots' own lengths / time; % of copy: against a 1 GiB device-to-device copy
 (read + write) in the same process. The goal of point 3: >= 80% of copy.
-Usage: python3 tests/gpu/bench_mixed.py OUT.json [--reps N]
+Usage: python3 tests/gpu/bench_mixed.py OUT.json [--reps N] [--split-keys K1,K2,...]
 """
 import json
 import random
@@ -39,7 +41,18 @@ def lengths(B, seed):
     return lens
 
 
-def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps):
+def with_split_keys(ext, sk, call):
+    """call() planned under split_keys sk (the plan is made at each call, and kept by a graph's capture)."""
+    def fn():
+        ext.set_decode_options(split_keys=sk)
+        try:
+            call()
+        finally:
+            ext.set_decode_options()
+    return fn
+
+
+def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, split_keys=()):
     dt = torch.float16
     lens = lengths(B, seed=B * 100 + hkv)
     read_bytes = 2 * sum(lens) * hkv * D * 2
@@ -63,6 +76,15 @@ def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps):
                      dtype=torch.uint8, device="cuda")
     rot = Rotation(n)
     fns = {"ours_slot": lambda: ext.attention(qo, kl[rot.next()], vl[rot.turn], out["ours_slot"], SMAX, ws, seqlens)}
+    for sk in split_keys:  # planned (and captured) under the option, then the defaults again
+        ext.set_decode_options(split_keys=sk)
+        name = f"ours_sk{sk}"
+        out[name] = torch.empty(B, 1, hq, D, device="cuda", dtype=dt)
+        wsk = torch.empty(max(1, ext.workspace_bytes(qo, kl[0], vl[0], out[name], SMAX, seqlens)), dtype=torch.uint8,
+                          device="cuda")
+        fns[name] = with_split_keys(ext, sk, lambda o=out[name], w=wsk: ext.attention(
+            qo, kl[rot.next()], vl[rot.turn], o, SMAX, w, seqlens))
+        ext.set_decode_options()
     # Padded SDPA: [B, Hkv, max_len, D] views of the same slots (the padding holds other keys: timing only).
     kp = [x[:max(lens)].permute(1, 2, 0, 3) for x in kl]
     vp = [x[:max(lens)].permute(1, 2, 0, 3) for x in vl]
@@ -75,6 +97,9 @@ def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps):
     if "ours_slot" in best:
         r["read_gbs"] = round(read_bytes / best["ours_slot"] / 1e3)
         r["pct_copy"] = round(100 * r["read_gbs"] / copy_gbs, 1)
+    for sk in split_keys:
+        if f"ours_sk{sk}" in best:
+            r[f"pct_copy_sk{sk}"] = round(100 * read_bytes / best[f"ours_sk{sk}"] / 1e3 / copy_gbs, 1)
     sdpa = [(best[x], x) for x in graphs if x.startswith("sdpa_")]
     if sdpa and "ours_slot" in best:
         r["sdpa_padded_best"], r["sdpa_padded_us"] = min(sdpa)[1], round(min(sdpa)[0], 2)
@@ -87,6 +112,8 @@ def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps):
 def main():
     out_path = sys.argv[1]
     reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
+    split_keys = ([int(x) for x in sys.argv[sys.argv.index("--split-keys") + 1].split(",")]
+                  if "--split-keys" in sys.argv else [])
     ext = build.load()
     torch.manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -96,7 +123,7 @@ def main():
     rows = []
     for fam, hq, hkv, D in SHAPES:
         for B in (16, 32, 64):
-            r = row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps)
+            r = row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, split_keys)
             rows.append(r)
             print(json.dumps(r), flush=True)
     head["rows"] = rows
