@@ -1,5 +1,6 @@
-// Mem (phys_chunks_checks.h) for device memory: the CUDA native tests of aliasing and sharing
-// (test_phys_chunks.cu, test_slot_share.cu) read and write it with synchronous copies.
+// Device memory for the CUDA native tests: GpuMem, Mem (phys_chunks_checks.h) for device memory (the tests
+// of aliasing and sharing, test_phys_chunks.cu and test_slot_share.cu, read and write it with synchronous
+// copies), and DevBuf, a cudaMalloc'ed buffer that frees itself (ptr null when the allocation failed).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,4 +17,12 @@ struct GpuMem {
     out->resize(n);
     return cudaMemcpy(out->data(), src, n, cudaMemcpyDeviceToHost) == cudaSuccess;
   }
+};
+
+struct DevBuf {
+  void* ptr = nullptr;
+  explicit DevBuf(size_t n) { if (cudaMalloc(&ptr, n ? n : 1) != cudaSuccess) ptr = nullptr; }
+  ~DevBuf() { if (ptr) cudaFree(ptr); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
 };

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/apis.h"
+#include "gpu_mem.h"
 #include "harness.h"
 #include "kernels/append_tokens.h"
 #include "kernels/decode_attention.h"
@@ -72,14 +73,6 @@ float tolerance(ScalarType t) {
   return t == ScalarType::kFloat32 ? 2e-5f : t == ScalarType::kFloat16 ? 2e-3f : 1.6e-2f;
 }
 
-// A device buffer that frees itself.
-struct DevBuf {
-  void* ptr = nullptr;
-  explicit DevBuf(size_t n) { if (cudaMalloc(&ptr, n ? n : 1) != cudaSuccess) ptr = nullptr; }
-  ~DevBuf() { if (ptr) cudaFree(ptr); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
 
 // Inputs written late: with g_late_inputs, Inputs::upload stages each input in device memory, zeroes the
 // attention's own buffers, and queues late_copy_kernel on the stream, which lets the next kernel be placed

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_mem.h"
 #include "harness.h"
 #include "kernels/decode_attention.h"
 
@@ -59,13 +60,6 @@ float get(const std::vector<uint8_t>& buf, int64_t i, ScalarType t) {
   return __bfloat162float(h);
 }
 
-struct DevBuf {
-  void* ptr = nullptr;
-  explicit DevBuf(size_t n) { if (cudaMalloc(&ptr, n ? n : 1) != cudaSuccess) ptr = nullptr; }
-  ~DevBuf() { if (ptr) cudaFree(ptr); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
 
 bool to_dev(DevBuf& d, const void* h, size_t n) { return d.ptr && cudaMemcpy(d.ptr, h, n, cudaMemcpyHostToDevice) == cudaSuccess; }
 bool to_host(void* h, const DevBuf& d, size_t n) { return cudaMemcpy(h, d.ptr, n, cudaMemcpyDeviceToHost) == cudaSuccess; }

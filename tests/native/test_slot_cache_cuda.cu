@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/apis.h"
+#include "gpu_mem.h"
 #include "harness.h"
 #include "kernels/append_varlen.h"
 #include "kernels/decode_attention.h"
@@ -55,13 +56,6 @@ float get(const std::vector<uint8_t>& buf, int64_t i, ScalarType t) {
 
 float tolerance(ScalarType t) { return t == ScalarType::kFloat32 ? 2e-5f : t == ScalarType::kFloat16 ? 2e-3f : 1.6e-2f; }
 
-struct DevBuf {
-  void* ptr = nullptr;
-  explicit DevBuf(size_t n) { if (cudaMalloc(&ptr, n ? n : 1) != cudaSuccess) ptr = nullptr; }
-  ~DevBuf() { if (ptr) cudaFree(ptr); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
 
 template <typename T>
 void upload(DevBuf& d, const std::vector<T>& h) { cudaMemcpy(d.ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice); }
