@@ -200,6 +200,18 @@ __device__ __forceinline__ void split_range(int64_t n, int64_t split, const Spli
   *hi = static_cast<int64_t>(last) * STEP < n ? static_cast<int64_t>(last) * STEP : n;
 }
 
+// Fixed splits (split_keys) start at key 0, so an entry's own length says which of its splits hold keys:
+// ceil(n / fixed_keys), all before the rest. merge_splits_kernel reads only those, so a block of a later,
+// empty split leaves at once, writing nothing (with one split there is no merge: it writes the row).
+__host__ __device__ __forceinline__ int64_t own_splits(const SplitCount& splits, int64_t n) {
+  if (splits.fixed_keys <= 0) return splits.n;
+  const int64_t own = (n + splits.fixed_keys - 1) / splits.fixed_keys;
+  return own < splits.n ? own : splits.n;
+}
+__device__ __forceinline__ bool past_own_keys(const SplitCount& splits, int64_t lo, int64_t hi) {
+  return splits.fixed_keys > 0 && splits.n > 1 && lo >= hi;
+}
+
 // Merge (m_b, l_b, acc_b) into (m, l, acc): both are softmax partials over disjoint key sets.
 __device__ __forceinline__ void merge_scales(float m, float m_b, float* ca, float* cb, float* m_new) {
   *m_new = fmaxf(m, m_b);
@@ -227,7 +239,7 @@ __device__ __forceinline__ void write_row(const DecodeAttentionParams& p, const 
 }
 
 // Element d of a split's partial (m, l, acc) for row (b, t, h), into the workspace, where
-// merge_splits_kernel reads every split (zeros from a split that saw nothing); m and l with d == 0.
+// merge_splits_kernel reads every split an entry owns (zeros from one that saw nothing); m and l with d == 0.
 // D: the head dim (a compile-time constant where the kernel has one: the index arithmetic is then a few
 // instructions).
 __device__ __forceinline__ void store_partial(const DecodeAttentionParams& p, int64_t b, int64_t t, int64_t h,

@@ -223,7 +223,7 @@ Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream
     // tail instead of following its end; older GPUs ignore the attribute and serialise as usual.
     const int threads = static_cast<int>(std::min<int64_t>(256, (p.head_dim + 31) / 32 * 32));
     PVT_RETURN_IF_ERROR(launch_kernel(merge_splits_kernel<T>, dim3(static_cast<unsigned>(plan.rows_total)), threads, 0,
-                                      1, true, stream, p, plan.splits, ws));
+                                      1, true, stream, p, splits, ws));
   }
   return Status::Ok();
 }

@@ -29,7 +29,7 @@ namespace decode_cuda {
 // 32 splits on the H200; block-wide reductions of m and then l between the loads cost three round
 // trips and four barriers: 3.3-5.2 us a merge against cuDNN's 1.9-2.8 for its own.)
 template <typename T>
-__global__ void merge_splits_kernel(const DecodeAttentionParams p, const int64_t splits, Workspace ws) {
+__global__ void merge_splits_kernel(const DecodeAttentionParams p, const SplitCount all_splits, Workspace ws) {
   const int64_t g = blockIdx.x, D = p.head_dim;
   const int tq = static_cast<int>(p.q_len), hq = static_cast<int>(p.q_heads);  // grid limits checked
   const int row = static_cast<int>(blockIdx.x), t = row % tq, h = (row / tq) % hq, b = row / (tq * hq);
@@ -40,6 +40,7 @@ __global__ void merge_splits_kernel(const DecodeAttentionParams p, const int64_t
   allow_next_grid();
   const Entry e = entry_of(p, b);
   if (t >= e.q_count) return;
+  const int64_t splits = own_splits(all_splits, e.n);  // every split, or with fixed ones the entry's own
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float m = -INFINITY, l = 0.f, a = 0.f;
     for (int64_t j0 = 0; j0 < splits; j0 += kMergeChunk) {

@@ -183,6 +183,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   if (e.refused && p.error_flag != nullptr && split == 0 && threadIdx.x == 0) *p.error_flag = 1;
   int64_t s_lo, s_hi;  // whole tiles of this entry's keys (a split's last tile is partial only at the end)
   split_range<kMmaKeys, uint32_t>(e.n, split, splits, &s_lo, &s_hi);
+  if (past_own_keys(splits, s_lo, s_hi)) return;  // the merge does not read it (own_splits)
 
   const T* kb = static_cast<const T*>(p.k) + e.kv_row * p.k_stride[1] + hk * p.k_stride[2];
   const T* vb = static_cast<const T*>(p.v) + e.kv_row * p.v_stride[1] + hk * p.v_stride[2];

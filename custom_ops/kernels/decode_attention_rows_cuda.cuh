@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   int64_t s_lo, s_hi;
   split_range<KT, uint32_t>(e.n, split, splits, &s_lo, &s_hi);
+  if (past_own_keys(splits, s_lo, s_hi)) return;  // the merge does not read it (own_splits)
 
   const int64_t h = hk * G + row / Tq, t = row % Tq;
   const bool live = row < R && t < e.q_count;

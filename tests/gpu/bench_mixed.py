@@ -13,7 +13,8 @@ in turn where the read bytes are under 3 x L2), CUDA-graph replay, best of --rep
                yardstick only (it reads and computes the padding, as a padded batch does)
 read GB/s: bytes of K+V in the slots' own lengths / time; % of copy: against a 1 GiB device-to-device copy
 (read + write) in the same process. The goal of point 3: >= 80% of copy.
-Usage: python3 tests/gpu/bench_mixed.py OUT.json [--reps N] [--split-keys K1,K2,...]
+--uniform N1,...: rows whose slots all hold N keys (same bound), what fixed splits cost where lengths do not vary.
+Usage: python3 tests/gpu/bench_mixed.py OUT.json [--reps N] [--split-keys K1,K2,...] [--uniform N1,N2,...]
 """
 import json
 import random
@@ -52,14 +53,14 @@ def with_split_keys(ext, sk, call):
     return fn
 
 
-def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, split_keys=()):
+def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, split_keys=(), uniform=None):
     dt = torch.float16
-    lens = lengths(B, seed=B * 100 + hkv)
+    lens = [uniform] * B if uniform else lengths(B, seed=B * 100 + hkv)
     read_bytes = 2 * sum(lens) * hkv * D * 2
     n = min(8, -(-3 * l2 // read_bytes)) if read_bytes < 3 * l2 else 1
     est_us = read_bytes / 3.5e6 + 8
     iters = n * max(1, -(-int(max(3, min(100, 2000 / est_us))) // n))
-    r = {"family": fam, "q_heads": hq, "kv_heads": hkv, "head_dim": D, "B": B, "lens_mean": round(sum(lens) / B),
+    r = {"family": fam + (f"_uniform{uniform}" if uniform else ""), "q_heads": hq, "kv_heads": hkv, "head_dim": D, "B": B, "lens_mean": round(sum(lens) / B),
          "lens_max": max(lens), "read_mib": round(read_bytes / 2**20, 1), "copies": n, "iters": iters}
     q = torch.randn(B, hq, 1, D, device="cuda", dtype=dt)
     qo = q.transpose(1, 2)
@@ -114,6 +115,7 @@ def main():
     reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
     split_keys = ([int(x) for x in sys.argv[sys.argv.index("--split-keys") + 1].split(",")]
                   if "--split-keys" in sys.argv else [])
+    uniform = [int(x) for x in sys.argv[sys.argv.index("--uniform") + 1].split(",")] if "--uniform" in sys.argv else []
     ext = build.load()
     torch.manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -123,9 +125,10 @@ def main():
     rows = []
     for fam, hq, hkv, D in SHAPES:
         for B in (16, 32, 64):
-            r = row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, split_keys)
-            rows.append(r)
-            print(json.dumps(r), flush=True)
+            for u in [None] + uniform:
+                r = row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, split_keys, u)
+                rows.append(r)
+                print(json.dumps(r), flush=True)
     head["rows"] = rows
     with open(out_path, "w") as f:
         json.dump(head, f, indent=1)
