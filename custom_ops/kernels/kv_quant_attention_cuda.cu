@@ -232,15 +232,15 @@ __global__ void merge_kernel(QuantAttentionParams p, Launch l, const float* ws) 
 }
 
 // The tensor-core kernel's split count for `blocks` blocks per split (entries x kv heads x head chunks)
-// over `tiles` tiles of keys, `slots` blocks resident at once: the fewest splits that minimise
+// over `tiles` tiles of keys, `slots` blocks resident at once, at most `most` splits: the fewest splits that minimise
 // waves x (tiles a split + kBlockCostTiles), plus a merge round trip per kMergeAtOnce splits. The
 // count used to be one wave of blocks rounded UP (GQA B = 32: 2 splits, 512 blocks on 396 slots, a
 // second wave of 116; B = 8: 7 splits, 448 blocks), which left most of the SMs idle for the last part
 // of the call: 3.4-3.6 TB/s of codes where MHA B = 32 (2.6 waves) read 4.0.
-int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t slots) {
+int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t slots) {
   slots = std::max<int64_t>(1, slots);
   int64_t best = 1, best_cost = INT64_MAX;
-  for (int64_t s = 1; s <= std::min<int64_t>(tiles, kMaxSplits); ++s) {
+  for (int64_t s = 1; s <= std::min<int64_t>({tiles, most, kMaxSplits}); ++s) {
     const int64_t per = (tiles + s - 1) / s, waves = (blocks * s + slots - 1) / slots;
     const int64_t cost = waves * (per + kBlockCostTiles) + (s > 1 ? (s + kMergeAtOnce - 1) / kMergeAtOnce : 0);
     if (cost < best_cost) best = s, best_cost = cost;
@@ -280,8 +280,12 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
   if (l->mma) {  // splits of whole tiles
     const int64_t blocks = a.batch * a.kv_heads * ((l->group + quant_cuda::kMmaHeads - 1) / quant_cuda::kMmaHeads);
     const int64_t tile = quant_cuda::kMmaTileKeys, tiles = (a.kv_len + tile - 1) / tile;
-    const int64_t splits = forced > 0 ? std::min<int64_t>({forced, tiles, kMaxSplits})
-                                      : choose_mma_splits(blocks, tiles, quant_cuda::quant_mma_resident(p) * sms);
+    // At least kMinKeysPerSplit keys a split unless forced: GQA B = 1 S = 4k took 14.8 us with 32
+    // splits of 128 keys (what the wave cost alone picks) against 12.5 with 16 (H200, 2026-12-02).
+    const int64_t splits =
+        forced > 0 ? std::min<int64_t>({forced, tiles, kMaxSplits})
+                   : choose_mma_splits(blocks, tiles, std::max<int64_t>(1, a.kv_len / kMinKeysPerSplit),
+                                       quant_cuda::quant_mma_resident(p) * sms);
     l->keys_per_split = (tiles + splits - 1) / splits * tile;
     l->splits = static_cast<int>((a.kv_len + l->keys_per_split - 1) / l->keys_per_split);
     return Status::Ok();

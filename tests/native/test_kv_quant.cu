@@ -336,9 +336,11 @@ float graph_us(F call, int copies, int iters, cudaStream_t s) {
   return best;
 }
 
-// --sweep: the tensor-core kernel's time against forced split counts on a few rows (the planner's own
+// --sweep: the tensor-core kernel's time against forced split counts on bench()'s rows (the planner's own
 // count first, as "auto"), graph replay, cold L2, as bench() times them. --profile: one plain call of
 // the planner's count on GQA B = 32 S = 32k and B = 1 S = 4k, each kind (what Nsight Compute looks at).
+bool g_sweep_auto = false;  // --auto: the sweep's rows at the planner's count only
+
 void sweep(bool profile) {
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
@@ -346,10 +348,15 @@ void sweep(bool profile) {
   CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
   const int64_t Hq = 32, D = 128;
   struct Row { int64_t Hkv, B, S; };
-  const std::vector<Row> rows = profile ? std::vector<Row>{Row{8, 32, 32768}, Row{8, 1, 4096}}
-                                        : std::vector<Row>{Row{8, 1, 4096}, Row{8, 1, 16384}, Row{8, 8, 4096},
-                                                           Row{8, 8, 16384}, Row{8, 32, 32768}, Row{32, 1, 65536},
-                                                           Row{32, 8, 32768}, Row{32, 32, 16384}};
+  std::vector<Row> rows = profile ? std::vector<Row>{Row{8, 32, 32768}, Row{8, 1, 4096}}
+                                        : std::vector<Row>{};
+  if (!profile) {  // bench()'s rows
+    for (int64_t Hkv : {8, 32}) {
+      for (int64_t B : {1, 8, 32}) {
+        for (int64_t S : {4096, 16384, 32768, 65536}) rows.push_back(Row{Hkv, B, S});
+      }
+    }
+  }
   for (const Row row : rows) {
     const int64_t Hkv = row.Hkv, B = row.B, S = row.S;
     const size_t elems = static_cast<size_t>(S) * B * Hkv * D;
@@ -370,7 +377,7 @@ void sweep(bool profile) {
     for (int kind = 0; kind < 2; ++kind) {
       std::string line = std::string("SWEEP ") + (Hkv == 8 ? "gqa" : "mha") + " B" + std::to_string(B) + " S" +
                          std::to_string(S) + (kind == 0 ? " fp8" : " int8");
-      for (int64_t n : profile ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}) {
+      for (int64_t n : profile || g_sweep_auto ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64}) {
         pvt::DecodeOptions opts;
         opts.splits = n;
         pvt::QuantAttentionParams p;
@@ -389,6 +396,8 @@ void sweep(bool profile) {
           const int64_t st[3] = {B * Hkv, Hkv, 1};
           std::copy(st, st + 3, p.k_scale_stride), std::copy(st, st + 3, p.v_scale_stride);
         }
+        a.k = k[0], a.v = v[0];  // the size asks for valid params
+        if (kind == 1) p.k_scale = static_cast<float*>(ks[0]), p.v_scale = static_cast<float*>(vs[0]);
         const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
         Dev<uint8_t> w(wsq);
         a.workspace = w.p, a.workspace_bytes = wsq;
@@ -542,9 +551,10 @@ void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> type
 
 // --no-bench: the checks only; --bench-only: the timings only; --tc-only: the tensor-core cases with
 // float16 q only (what compute-sanitizer runs: the kernel's memory accesses, at a memcheck's pace);
-// --sweep: the split-count sweep only; --profile: sweep's plain calls for a profiler.
+// --sweep: the split-count sweep only (with --auto: the planner's count only); --profile: sweep's plain calls for a profiler.
 int main(int argc, char** argv) {
   bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false;
+  bool& sweep_auto = g_sweep_auto;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     no_bench = no_bench || arg == "--no-bench";
@@ -552,6 +562,7 @@ int main(int argc, char** argv) {
     tc_only = tc_only || arg == "--tc-only";
     sweep_only = sweep_only || arg == "--sweep";
     profile = profile || arg == "--profile";
+    sweep_auto = sweep_auto || arg == "--auto";
   }
   if (sweep_only || profile) {
     sweep(profile);
