@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# H200 call 2 of issue 28 point 4 (branch quant3): the kernel variants linked here from objects built off
-# the machine (st4: 4 stages at head_dim 128; shift: fp8 -> half by shifts, FlashInfer's pre-sm_90 way;
+# H200 call 2 of issue 28 point 4 (branch quant3): the kernel variants from objects built
+# off the machine and linked on it (st4: 4 stages at head_dim 128; shift: fp8 -> half by shifts, FlashInfer's pre-sm_90 way;
 # st4shift: both; mb4: 4 blocks an SM, 128 registers; mb4shift), checks of each, the deliberately broken merge, each variant's bench, cuDNN, the
 # split-count sweep, Nsight Compute and compute-sanitizer on v0 and st4shift.
 cd "$(dirname "$0")/../../.."
