@@ -55,11 +55,9 @@ constexpr int kWarps = 4, kThreads = kWarps * 32;
 
 template <int D>
 __host__ __device__ constexpr int stages() {
-#ifdef PVT_EXP_STAGES128
-  return D == 64 ? 4 : PVT_EXP_STAGES128;
-#else
-  return D == 64 ? 4 : 3;  // ~50 KB of tiles a block either way (3 blocks an SM, by registers)
-#endif
+  // ~50 KB of tiles a block either way (3 blocks an SM, by registers). 4 stages at D = 128 took
+  // 0.94-1.07x the time for fp8 and 1.01-1.19x for int8 (H200, 2026-12-02, docs/QUANTIZED_CACHE.md).
+  return D == 64 ? 4 : 3;
 }
 template <int D>
 __host__ __device__ constexpr int stage_bytes() {
@@ -100,11 +98,6 @@ __device__ __forceinline__ uint32_t code_pair(uint32_t w) {
   } else if constexpr (kKind == KvQuant::kInt8) {
     return pack2<T>(static_cast<float>(static_cast<int8_t>(w >> (16 * i))),
                     static_cast<float>(static_cast<int8_t>(w >> (16 * i + 8))));
-#ifdef PVT_EXP_SHIFT_DEQUANT
-  } else if constexpr (std::is_same_v<T, __half>) {
-    const uint32_t x = __byte_perm(w, 0u, i == 0 ? 0x1404 : 0x3424);
-    return (x & 0x80008000u) | ((x & 0x7f007f00u) >> 1);  // value * 2^-8
-#endif
   } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * i)), __NV_E4M3);
@@ -122,12 +115,7 @@ __device__ __forceinline__ uint32_t code_pair(uint32_t w) {
 }
 
 template <typename T, KvQuant kKind, int D>
-#ifdef PVT_EXP_MINBLOCKS
-__global__ void __launch_bounds__(kThreads, PVT_EXP_MINBLOCKS) mma_split_kernel(
-#else
-__global__ void __launch_bounds__(kThreads) mma_split_kernel(
-#endif
-    const QuantAttentionParams p, const Launch l, float* ws) {
+__global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentionParams p, const Launch l, float* ws) {
   constexpr int KS = D / 16, NT = D / 8, VB = D / 8, CH = D / 16, STAGES = stages<D>();
   constexpr int kPasses = kMmaTileKeys * CH / kThreads;  // 16-byte chunks of K (and of V) a thread copies a tile
   constexpr bool kPerToken = kKind == KvQuant::kInt8;
@@ -210,9 +198,6 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(
   if constexpr (!kPerToken) {
     scale2 *= __ldg(ksb);
     out_factor = __ldg(vsb);
-#ifdef PVT_EXP_SHIFT_DEQUANT
-    if constexpr (std::is_same_v<T, __half>) scale2 *= 256.f, out_factor *= 256.f;
-#endif
   }
   float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f}, U = 0.f;
   float o[NT][4];
