@@ -336,6 +336,37 @@ float graph_us(F call, int copies, int iters, cudaStream_t s) {
   return best;
 }
 
+// The benchmark's call on B entries, Hkv kv heads, S keys (32 query heads, head_dim 128, float16 q
+// and out, seq-major caches), without K/V, workspace or options.
+pvt::DecodeAttentionParams bench_attn(int64_t B, int64_t Hkv, int64_t S, void* q, void* out) {
+  const int64_t Hq = 32, D = 128;
+  pvt::DecodeAttentionParams a;
+  a.batch = B, a.q_len = 1, a.q_heads = Hq, a.kv_heads = Hkv, a.head_dim = D, a.kv_len = S;
+  a.dtype = ScalarType::kFloat16;
+  a.scale = 1.f / std::sqrt(128.f);
+  const int64_t qs[4] = {Hq * D, Hq * D, D, 1}, kvs[4] = {B * Hkv * D, Hkv * D, D, 1};
+  std::copy(qs, qs + 4, a.q_stride), std::copy(qs, qs + 4, a.out_stride);
+  std::copy(kvs, kvs + 4, a.k_stride), std::copy(kvs, kvs + 4, a.v_stride);
+  a.q = q, a.out = out;
+  return a;
+}
+
+// The 8-bit kind of the benchmark's call (kind 0: fp8 with per-head scales fp8_scale; 1: int8 with the
+// per-token scales ks / vs) over the codes k / v.
+void set_bench_kind(pvt::QuantAttentionParams* p, int kind, const float* fp8_scale, void* k, void* v, void* ks,
+                    void* vs) {
+  p->kind = kind == 0 ? KvQuant::kFp8E4M3 : KvQuant::kInt8;
+  if (kind == 0) {
+    p->k_scale = p->v_scale = fp8_scale;
+    p->k_scale_stride[2] = p->v_scale_stride[2] = 1;
+  } else {
+    const int64_t st[3] = {p->attn.batch * p->attn.kv_heads, p->attn.kv_heads, 1};
+    std::copy(st, st + 3, p->k_scale_stride), std::copy(st, st + 3, p->v_scale_stride);
+    p->k_scale = static_cast<float*>(ks), p->v_scale = static_cast<float*>(vs);
+  }
+  p->attn.k = k, p->attn.v = v;
+}
+
 // --sweep: the tensor-core kernel's time against forced split counts on bench()'s rows (the planner's own
 // count first, as "auto"), graph replay, cold L2, as bench() times them. --profile: one plain call of
 // the planner's count on GQA B = 32 S = 32k and B = 1 S = 4k, each kind (what Nsight Compute looks at).
@@ -381,23 +412,10 @@ void sweep(bool profile) {
         pvt::DecodeOptions opts;
         opts.splits = n;
         pvt::QuantAttentionParams p;
+        p.attn = bench_attn(B, Hkv, S, q.p, out.p);
+        p.attn.options = &opts;
+        set_bench_kind(&p, kind, fp8_scale.p, k[0], v[0], ks[0], vs[0]);  // the size asks for valid params
         pvt::DecodeAttentionParams& a = p.attn;
-        a.batch = B, a.q_len = 1, a.q_heads = Hq, a.kv_heads = Hkv, a.head_dim = D, a.kv_len = S;
-        a.dtype = ScalarType::kFloat16, a.scale = 1.f / std::sqrt(128.f), a.options = &opts;
-        const int64_t qs[4] = {Hq * D, Hq * D, D, 1}, kvs[4] = {B * Hkv * D, Hkv * D, D, 1};
-        std::copy(qs, qs + 4, a.q_stride), std::copy(qs, qs + 4, a.out_stride);
-        std::copy(kvs, kvs + 4, a.k_stride), std::copy(kvs, kvs + 4, a.v_stride);
-        a.q = q.p, a.out = out.p;
-        p.kind = kind == 0 ? KvQuant::kFp8E4M3 : KvQuant::kInt8;
-        if (kind == 0) {
-          p.k_scale = p.v_scale = fp8_scale.p;
-          p.k_scale_stride[2] = p.v_scale_stride[2] = 1;
-        } else {
-          const int64_t st[3] = {B * Hkv, Hkv, 1};
-          std::copy(st, st + 3, p.k_scale_stride), std::copy(st, st + 3, p.v_scale_stride);
-        }
-        a.k = k[0], a.v = v[0];  // the size asks for valid params
-        if (kind == 1) p.k_scale = static_cast<float*>(ks[0]), p.v_scale = static_cast<float*>(vs[0]);
         const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
         Dev<uint8_t> w(wsq);
         a.workspace = w.p, a.workspace_bytes = wsq;
@@ -470,14 +488,8 @@ void bench() {
         half_fill_kernel<<<64, 256>>>(q.p, q.n, 9);
         Dev<float> fp8_scale(Hkv), lse(B * Hq);
         fp8_scale.put(std::vector<float>(Hkv, 0.01f));
-        pvt::DecodeAttentionParams a;
-        a.batch = B, a.q_len = 1, a.q_heads = Hq, a.kv_heads = Hkv, a.head_dim = D, a.kv_len = S;
-        a.dtype = ScalarType::kFloat16;
-        a.scale = 1.f / std::sqrt(128.f);
-        const int64_t qs[4] = {Hq * D, Hq * D, D, 1}, kvs[4] = {B * Hkv * D, Hkv * D, D, 1};
-        std::copy(qs, qs + 4, a.q_stride), std::copy(qs, qs + 4, a.out_stride);
-        std::copy(kvs, kvs + 4, a.k_stride), std::copy(kvs, kvs + 4, a.v_stride);
-        a.q = q.p, a.out = out.p, a.k = k16[0], a.v = v16[0];
+        pvt::DecodeAttentionParams a = bench_attn(B, Hkv, S, q.p, out.p);
+        a.k = k16[0], a.v = v16[0];
         const size_t ws16 = pvt::decode_attention_cuda_workspace_bytes(a);
         Dev<uint8_t> w16(ws16);
         a.workspace = w16.p, a.workspace_bytes = ws16;
@@ -493,17 +505,7 @@ void bench() {
           pvt::QuantAttentionParams p;
           p.attn = a;
           p.attn.workspace = nullptr, p.attn.workspace_bytes = 0;
-          p.kind = kind == 0 ? KvQuant::kFp8E4M3 : KvQuant::kInt8;
-          if (kind == 0) {
-            p.k_scale = p.v_scale = fp8_scale.p;
-            p.k_scale_stride[2] = p.v_scale_stride[2] = 1;
-          } else {
-            const int64_t st[3] = {B * Hkv, Hkv, 1};
-            std::copy(st, st + 3, p.k_scale_stride), std::copy(st, st + 3, p.v_scale_stride);
-            p.k_scale = static_cast<float*>(ksc[0]), p.v_scale = static_cast<float*>(vsc[0]);
-          }
-          p.attn.k = kind == 0 ? k8[0] : ki[0];
-          p.attn.v = kind == 0 ? v8[0] : vi[0];
+          set_bench_kind(&p, kind, fp8_scale.p, kind == 0 ? k8[0] : ki[0], kind == 0 ? v8[0] : vi[0], ksc[0], vsc[0]);
           const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
           Dev<uint8_t> w(wsq);
           p.attn.workspace = w.p, p.attn.workspace_bytes = wsq;
