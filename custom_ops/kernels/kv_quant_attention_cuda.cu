@@ -231,12 +231,14 @@ __global__ void merge_kernel(QuantAttentionParams p, Launch l, const float* ws) 
   if (threadIdx.x == 0 && a.lse) a.lse[e.q_row * a.q_heads + h] = lsum > 0.f ? mx * kLn2 + logf(lsum) : -INFINITY;
 }
 
-// The tensor-core kernel's split count for `blocks` blocks per split (entries x kv heads x head chunks)
-// over `tiles` tiles of keys, `slots` blocks resident at once, at most `most` splits: the fewest splits that minimise
-// waves x (tiles a split + kBlockCostTiles), plus a merge round trip per kMergeAtOnce splits. The
-// count used to be one wave of blocks rounded UP (GQA B = 32: 2 splits, 512 blocks on 396 slots, a
-// second wave of 116; B = 8: 7 splits, 448 blocks), which left most of the SMs idle for the last part
-// of the call: 3.4-3.6 TB/s of codes where MHA B = 32 (2.6 waves) read 4.0.
+// The tensor-core kernel's split count for `blocks` blocks per split (entries x kv heads x head
+// chunks) over `tiles` tiles of keys, `slots` blocks resident at once, at most `most` splits: the
+// fewest splits that minimise waves x (tiles a split + kBlockCostTiles), plus a merge round trip per
+// kMergeAtOnce splits. The count used to be one wave of blocks rounded UP (GQA B = 32: 2 splits, 512
+// blocks on 396 slots, a second wave of 116; B = 8: 7 splits, 448 blocks), which left most of the SMs
+// idle for the last part of the call: 3.4-3.6 TB/s of codes where MHA B = 32 (2.6 waves) read 4.0.
+// A sweep of forced counts (test_kv_quant_cuda --sweep, H200) found this count within noise of the
+// best on 47 of 48 benchmark rows (docs/QUANTIZED_CACHE.md).
 int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t slots) {
   slots = std::max<int64_t>(1, slots);
   int64_t best = 1, best_cost = INT64_MAX;
@@ -273,15 +275,16 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
   PVT_CU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   PVT_CU_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   l->mma = quant_cuda::mma_takes(p, major);
-  // Options: a forced split count (> 0) and plain stream order (no_pdl); the rest are the float16 kernels'.
-  const int64_t forced = a.options != nullptr ? a.options->splits : 0;
-  if (forced < 0) return Status(Code::kInvalidArgument, op + "options.splits must be >= 0, got " + std::to_string(forced));
-  l->programmatic = a.options == nullptr || !a.options->no_pdl;
+  // Options (checked as the float16 kernels check them): a forced split count (> 0) and plain stream
+  // order (no_pdl); the others are the float16 kernels' own.
+  PVT_RETURN_IF_ERROR(decode_plan::check_options(decode_plan::options_of(a)));
+  const int64_t forced = decode_plan::options_of(a).splits;
+  l->programmatic = !decode_plan::options_of(a).no_pdl;
   if (l->mma) {  // splits of whole tiles
     const int64_t blocks = a.batch * a.kv_heads * ((l->group + quant_cuda::kMmaHeads - 1) / quant_cuda::kMmaHeads);
     const int64_t tile = quant_cuda::kMmaTileKeys, tiles = (a.kv_len + tile - 1) / tile;
-    // At least kMinKeysPerSplit keys a split unless forced: GQA B = 1 S = 4k took 14.8 us with 32
-    // splits of 128 keys (what the wave cost alone picks) against 12.5 with 16 (H200, 2026-12-02).
+    // At least kMinKeysPerSplit keys a split unless forced: GQA B = 1 S = 4k took 14.8 us (fp8) with 32
+    // splits of 128 keys, what the wave cost alone picks, against 10.8 with 16 (H200, 2026-12-02 sweep).
     const int64_t splits =
         forced > 0 ? std::min<int64_t>({forced, tiles, kMaxSplits})
                    : choose_mma_splits(blocks, tiles, std::max<int64_t>(1, a.kv_len / kMinKeysPerSplit),
