@@ -16,11 +16,14 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 
 #include "../core/cuda_check.h"
+#include "decode_attention_launch_cuda.cuh"  // launch_kernel: programmatic launches
+#include "programmatic_launch_cuda.cuh"
 #include "kv_quant_attention.h"
 #include "kv_quant_attention_cuda.cuh"
 
@@ -37,7 +40,8 @@ using quant_cuda::partial_at;
 constexpr int kWarps = 4;
 constexpr int kMinKeysPerSplit = 256;
 constexpr int kMaxSplits = 128;
-constexpr int kMmaBlocksPerSm = 3;  // the tensor-core kernel's blocks an SM holds (168 registers a thread at head_dim 128)
+constexpr int kMergeAtOnce = 16;        // splits merge_kernel loads per L2 round trip
+constexpr int64_t kBlockCostTiles = 2;  // a tensor-core block's fixed cost (q, pipeline prologue, its merge) in tiles
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
@@ -178,28 +182,72 @@ __global__ void __launch_bounds__(kWarps * 32) split_kernel(QuantAttentionParams
   }
 }
 
+// One block per (entry, query head), one thread per output element: kMergeAtOnce splits' partials are
+// loaded together (indices clamped, no branch) and folded into an online softmax, so a merge of up to
+// that many splits is ONE L2 round trip (a loop of loads per split waited one round trip per few
+// splits: about 8 of them for 16 splits, several microseconds of a B = 1 call). Launched
+// programmatically behind the split kernel: it waits for that grid before reading the partials.
 template <typename T, int D>
 __global__ void merge_kernel(QuantAttentionParams p, Launch l, const float* ws) {
+  cuda_launch::wait_for_previous_grid();
+  cuda_launch::allow_next_grid();  // the next call's blocks may be placed; they wait for this grid
   const DecodeAttentionParams& a = p.attn;
   const int64_t b = blockIdx.x / a.q_heads, h = blockIdx.x % a.q_heads;
   const EntryView e = entry_of(a, b);
   if (e.q_row < 0) return;
   if (e.refused && threadIdx.x == 0 && a.error_flag) *a.error_flag = 1;
   const float* part = ws + partial_at(a, l, b, h, 0);
-  float mx = -INFINITY;
-  for (int s = 0; s < l.splits; ++s) mx = fmaxf(mx, part[s * (D + 2)]);
-  float lsum = 0.f, o = 0.f;
-  if (mx != -INFINITY) {
-    for (int s = 0; s < l.splits; ++s) {
-      const float c = exp2f(part[s * (D + 2)] - mx);
-      lsum += part[s * (D + 2) + 1] * c;
-      o += part[s * (D + 2) + 2 + threadIdx.x] * c;
+  float mx = -INFINITY, lsum = 0.f, o = 0.f;
+  for (int s0 = 0; s0 < l.splits; s0 += kMergeAtOnce) {
+    float mj[kMergeAtOnce], lj[kMergeAtOnce], oj[kMergeAtOnce];
+#pragma unroll
+    for (int u = 0; u < kMergeAtOnce; ++u) {
+      const int64_t at = static_cast<int64_t>(s0 + u < l.splits ? s0 + u : l.splits - 1) * (D + 2);
+      mj[u] = part[at];
+      lj[u] = part[at + 1];
+      oj[u] = part[at + 2 + threadIdx.x];
     }
+    float m_new = mx;
+#pragma unroll
+    for (int u = 0; u < kMergeAtOnce; ++u) {
+      if (s0 + u >= l.splits) mj[u] = -INFINITY;  // a repeat of the last split: no weight
+      m_new = fmaxf(m_new, mj[u]);
+    }
+    if (m_new == -INFINITY) continue;  // nothing seen yet
+    const float c = exp2f(mx - m_new);  // 0 while mx is -inf
+    lsum *= c;
+    o *= c;
+#pragma unroll
+    for (int u = 0; u < kMergeAtOnce; ++u) {
+      const float w = exp2f(mj[u] - m_new);  // 0 for a split that saw nothing
+      lsum += lj[u] * w;
+      o += oj[u] * w;
+    }
+    mx = m_new;
   }
   const int64_t row_stride = a.cu_seqlens_q ? a.out_stride[1] : a.out_stride[0];
   T* out = static_cast<T*>(a.out) + e.q_row * row_stride + h * a.out_stride[2];
   from_float(lsum > 0.f ? o / lsum : 0.f, out + threadIdx.x * a.out_stride[3]);
   if (threadIdx.x == 0 && a.lse) a.lse[e.q_row * a.q_heads + h] = lsum > 0.f ? mx * kLn2 + logf(lsum) : -INFINITY;
+}
+
+// The tensor-core kernel's split count for `blocks` blocks per split (entries x kv heads x head
+// chunks) over `tiles` tiles of keys, `slots` blocks resident at once, at most `most` splits: the
+// fewest splits that minimise waves x (tiles a split + kBlockCostTiles), plus a merge round trip per
+// kMergeAtOnce splits. The count used to be one wave of blocks rounded UP (GQA B = 32: 2 splits, 512
+// blocks on 396 slots, a second wave of 116; B = 8: 7 splits, 448 blocks), which left most of the SMs
+// idle for the last part of the call: 3.4-3.6 TB/s of codes where MHA B = 32 (2.6 waves) read 4.0.
+// A sweep of forced counts (test_kv_quant_cuda --sweep, H200) found this count within noise of the
+// best on 47 of 48 benchmark rows (docs/QUANTIZED_CACHE.md).
+int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t slots) {
+  slots = std::max<int64_t>(1, slots);
+  int64_t best = 1, best_cost = INT64_MAX;
+  for (int64_t s = 1; s <= std::min<int64_t>({tiles, most, kMaxSplits}); ++s) {
+    const int64_t per = (tiles + s - 1) / s, waves = (blocks * s + slots - 1) / slots;
+    const int64_t cost = waves * (per + kBlockCostTiles) + (s > 1 ? (s + kMergeAtOnce - 1) / kMergeAtOnce : 0);
+    if (cost < best_cost) best = s, best_cost = cost;
+  }
+  return best;
 }
 
 Status plan(const QuantAttentionParams& p, Launch* l) {
@@ -227,14 +275,21 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
   PVT_CU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   PVT_CU_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   l->mma = quant_cuda::mma_takes(p, major);
-  if (l->mma) {  // one wave of blocks, splits of whole tiles
+  // Options (checked as the float16 kernels check them): a forced split count (> 0) and plain stream
+  // order (no_pdl); the others are the float16 kernels' own.
+  PVT_RETURN_IF_ERROR(decode_plan::check_options(decode_plan::options_of(a)));
+  const int64_t forced = decode_plan::options_of(a).splits;
+  l->programmatic = !decode_plan::options_of(a).no_pdl;
+  if (l->mma) {  // splits of whole tiles
     const int64_t blocks = a.batch * a.kv_heads * ((l->group + quant_cuda::kMmaHeads - 1) / quant_cuda::kMmaHeads);
-    int64_t splits = (kMmaBlocksPerSm * sms + blocks - 1) / blocks;
-    const int64_t by_len = (a.kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
-    splits = splits < by_len ? splits : by_len;
-    splits = splits < kMaxSplits ? (splits < 1 ? 1 : splits) : kMaxSplits;
-    const int64_t tile = quant_cuda::kMmaTileKeys;
-    l->keys_per_split = ((a.kv_len + splits - 1) / splits + tile - 1) / tile * tile;
+    const int64_t tile = quant_cuda::kMmaTileKeys, tiles = (a.kv_len + tile - 1) / tile;
+    // At least kMinKeysPerSplit keys a split unless forced: GQA B = 1 S = 4k took 14.8 us (fp8) with 32
+    // splits of 128 keys, what the wave cost alone picks, against 10.8 with 16 (H200, 2026-12-02 sweep).
+    const int64_t splits =
+        forced > 0 ? std::min<int64_t>({forced, tiles, kMaxSplits})
+                   : choose_mma_splits(blocks, tiles, std::max<int64_t>(1, a.kv_len / kMinKeysPerSplit),
+                                       quant_cuda::quant_mma_resident(p) * sms);
+    l->keys_per_split = (tiles + splits - 1) / splits * tile;
     l->splits = static_cast<int>((a.kv_len + l->keys_per_split - 1) / l->keys_per_split);
     return Status::Ok();
   }
@@ -242,6 +297,7 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
   int64_t splits = (2 * sms + blocks - 1) / blocks;
   const int64_t by_len = (a.kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
   splits = splits < by_len ? splits : by_len;
+  if (forced > 0) splits = std::min<int64_t>(forced, a.kv_len);
   splits = splits < kMaxSplits ? (splits < 1 ? 1 : splits) : kMaxSplits;
   l->splits = static_cast<int>(splits);
   l->keys_per_split = (a.kv_len + splits - 1) / splits;
@@ -267,9 +323,9 @@ Status run(const QuantAttentionParams& p, const Launch& l, cudaStream_t stream) 
       PVT_CU_CHECK(cudaGetLastError());
     }
   }
-  merge_kernel<T, D><<<static_cast<unsigned>(a.batch * a.q_heads), D, 0, stream>>>(p, l, ws);
-  PVT_CU_CHECK(cudaGetLastError());
-  return Status::Ok();
+  // Programmatic dependent launch (Hopper): the merge is placed while the split kernel ends.
+  return decode_cuda::launch_kernel(merge_kernel<T, D>, dim3(static_cast<unsigned>(a.batch * a.q_heads)), D, 0, 1,
+                                    l.programmatic, stream, p, l, static_cast<const float*>(ws));
 }
 
 template <typename T, KvQuant kKind>

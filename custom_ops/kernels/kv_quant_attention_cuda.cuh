@@ -25,6 +25,7 @@ struct Launch {
   int64_t keys_per_split = 0;
   int group = 1, heads_per_block = 1;
   bool mma = false;  // the tensor-core kernel (mma_takes) writes the partials
+  bool programmatic = true;  // tensor-core split and merge as programmatic dependent launches (!options.no_pdl)
 };
 
 // What entry b reads: its query row (-1: none), cache row and key count (0 when refused).
@@ -59,6 +60,10 @@ constexpr int kMmaHeads = 16;
 // Whether the tensor-core kernel takes p (q and out float16 / bfloat16, head_dim 64 or 128, a device
 // of compute capability 8.0 or newer, p.tensor_cores); else the CUDA-core kernel does.
 bool mma_takes(const QuantAttentionParams& p, int device_major);
+
+// Blocks of the tensor-core kernel instance for p resident on an SM of the current device (asked once
+// per instance; 1 where the query fails): what the split count fills waves of.
+int quant_mma_resident(const QuantAttentionParams& p);
 
 // Queues the tensor-core split kernel for every (split, kv head, head chunk, entry) of `l`.
 Status quant_mma_split(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream);

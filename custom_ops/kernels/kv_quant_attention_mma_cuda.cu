@@ -34,6 +34,7 @@
 #include <type_traits>
 
 #include "../core/cuda_check.h"
+#include "decode_attention_launch_cuda.cuh"  // launch_kernel, query_resident
 #include "decode_attention_mma_cuda.cuh"  // mma_16816, pack2, the cp.async helpers
 #include "kv_quant_attention_cuda.cuh"
 
@@ -54,7 +55,9 @@ constexpr int kWarps = 4, kThreads = kWarps * 32;
 
 template <int D>
 __host__ __device__ constexpr int stages() {
-  return D == 64 ? 4 : 3;  // ~50 KB of tiles a block either way (3 blocks an SM, by registers)
+  // ~50 KB of tiles a block either way (3 blocks an SM, by registers). 4 stages at D = 128 took
+  // 0.94-1.07x the time for fp8 and 1.01-1.19x for int8 (H200, 2026-12-02, docs/QUANTIZED_CACHE.md).
+  return D == 64 ? 4 : 3;
 }
 template <int D>
 __host__ __device__ constexpr int stage_bytes() {
@@ -121,6 +124,9 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentio
   static_assert((kWarps * kMmaHeads * D + 2 * kWarps * kMmaHeads) * 4 <= smem_bytes<D>(), "the merge fits the tiles");
   extern __shared__ __align__(16) uint8_t smem[];
 
+  // Launched programmatically: nothing global is read before the kernel ahead (the append of this
+  // step's K/V, the last call's merge reading the workspace) has finished.
+  decode_cuda::wait_for_previous_grid();
   const DecodeAttentionParams& a = p.attn;
   const int64_t b = blockIdx.z;
   const int chunks = (l.group + kMmaHeads - 1) / kMmaHeads;
@@ -282,6 +288,7 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentio
   }
   cp_async_wait<0>();
   __syncthreads();  // the tiles' space is free for the merge
+  decode_cuda::allow_next_grid();  // the merge kernel's blocks may be placed (they wait for this grid)
 
   // Each row's sum over its 4 lanes, then the warps' states through shared memory, in natural dim order.
 #pragma unroll
@@ -340,9 +347,24 @@ Status launch(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStr
   const int chunks = (l.group + kMmaHeads - 1) / kMmaHeads;
   const dim3 grid(static_cast<unsigned>(l.splits), static_cast<unsigned>(p.attn.kv_heads * chunks),
                   static_cast<unsigned>(p.attn.batch));
-  kernel<<<grid, kThreads, smem_bytes<D>(), stream>>>(p, l, ws);
-  PVT_CU_CHECK(cudaGetLastError());
-  return Status::Ok();
+  return decode_cuda::launch_kernel(kernel, grid, kThreads, smem_bytes<D>(), 1, l.programmatic, stream, p, l, ws);
+}
+
+template <typename T, KvQuant kKind, int D>
+int resident() {
+  static const int blocks = decode_cuda::query_resident(mma_split_kernel<T, kKind, D>, kThreads, smem_bytes<D>(), 1);
+  return blocks;
+}
+
+template <typename T, KvQuant kKind>
+int resident_dim(int64_t D) {
+  return D == 64 ? resident<T, kKind, 64>() : resident<T, kKind, 128>();
+}
+
+template <typename T>
+int resident_kind(const QuantAttentionParams& p) {
+  return p.kind == KvQuant::kInt8 ? resident_dim<T, KvQuant::kInt8>(p.attn.head_dim)
+                                  : resident_dim<T, KvQuant::kFp8E4M3>(p.attn.head_dim);
 }
 
 template <typename T, KvQuant kKind>
@@ -362,6 +384,10 @@ bool mma_takes(const QuantAttentionParams& p, int device_major) {
   const ScalarType t = p.attn.dtype;
   return p.tensor_cores && device_major >= 8 && (t == ScalarType::kFloat16 || t == ScalarType::kBFloat16) &&
          (p.attn.head_dim == 64 || p.attn.head_dim == 128);
+}
+
+int quant_mma_resident(const QuantAttentionParams& p) {
+  return p.attn.dtype == ScalarType::kFloat16 ? resident_kind<__half>(p) : resident_kind<__nv_bfloat16>(p);
 }
 
 Status quant_mma_split(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream) {

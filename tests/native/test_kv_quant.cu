@@ -140,6 +140,7 @@ struct AttnCase {
   int64_t B, Hq, Hkv, D, S;
   bool varlen;
   Layout layout = kSeqMajor;
+  int64_t splits = 0;  // > 0: DecodeOptions::splits (the merge of more than one chunk of partials)
 };
 
 // Whether quant_attention_cuda takes the tensor-core kernel for c (kv_quant_attention_cuda.cuh's
@@ -201,7 +202,11 @@ void test_attention(const AttnCase& c) {
   const std::string name = std::string("attention.") + kind_name(c.kind) + "." + type_name(c.t) + ".B" +
                            std::to_string(B) + ".Hq" + std::to_string(Hq) + ".Hkv" + std::to_string(Hkv) + ".D" +
                            std::to_string(D) + ".S" + std::to_string(S) + (c.varlen ? ".varlen" : "") +
-                           (c.layout == kBatchMajor ? ".batch_major" : c.layout == kHeadMajor ? ".head_major" : "");
+                           (c.layout == kBatchMajor ? ".batch_major" : c.layout == kHeadMajor ? ".head_major" : "") +
+                           (c.splits > 0 ? ".splits" + std::to_string(c.splits) : "");
+  pvt::DecodeOptions opts;
+  opts.splits = c.splits;
+  if (c.splits > 0) a.options = &opts;
   // Host.
   std::vector<uint8_t> hout(B * Hq * D * elem_size(c.t));
   std::vector<float> hlse(B * Hq);
@@ -331,6 +336,117 @@ float graph_us(F call, int copies, int iters, cudaStream_t s) {
   return best;
 }
 
+// The benchmark's call on B entries, Hkv kv heads, S keys (32 query heads, head_dim 128, float16 q
+// and out, seq-major caches), without K/V, workspace or options.
+pvt::DecodeAttentionParams bench_attn(int64_t B, int64_t Hkv, int64_t S, void* q, void* out) {
+  const int64_t Hq = 32, D = 128;
+  pvt::DecodeAttentionParams a;
+  a.batch = B, a.q_len = 1, a.q_heads = Hq, a.kv_heads = Hkv, a.head_dim = D, a.kv_len = S;
+  a.dtype = ScalarType::kFloat16;
+  a.scale = 1.f / std::sqrt(128.f);
+  const int64_t qs[4] = {Hq * D, Hq * D, D, 1}, kvs[4] = {B * Hkv * D, Hkv * D, D, 1};
+  std::copy(qs, qs + 4, a.q_stride), std::copy(qs, qs + 4, a.out_stride);
+  std::copy(kvs, kvs + 4, a.k_stride), std::copy(kvs, kvs + 4, a.v_stride);
+  a.q = q, a.out = out;
+  return a;
+}
+
+// The 8-bit kind of the benchmark's call (kind 0: fp8 with per-head scales fp8_scale; 1: int8 with the
+// per-token scales ks / vs) over the codes k / v.
+void set_bench_kind(pvt::QuantAttentionParams* p, int kind, const float* fp8_scale, void* k, void* v, void* ks,
+                    void* vs) {
+  p->kind = kind == 0 ? KvQuant::kFp8E4M3 : KvQuant::kInt8;
+  if (kind == 0) {
+    p->k_scale = p->v_scale = fp8_scale;
+    p->k_scale_stride[2] = p->v_scale_stride[2] = 1;
+  } else {
+    const int64_t st[3] = {p->attn.batch * p->attn.kv_heads, p->attn.kv_heads, 1};
+    std::copy(st, st + 3, p->k_scale_stride), std::copy(st, st + 3, p->v_scale_stride);
+    p->k_scale = static_cast<float*>(ks), p->v_scale = static_cast<float*>(vs);
+  }
+  p->attn.k = k, p->attn.v = v;
+}
+
+// --sweep: the tensor-core kernel's time against forced split counts on bench()'s rows (the planner's own
+// count first, as "auto"), graph replay, cold L2, as bench() times them. --profile: one plain call of
+// the planner's count on GQA B = 32 S = 32k and B = 1 S = 4k, each kind (what Nsight Compute looks at).
+bool g_sweep_auto = false;  // --auto: the sweep's rows at the planner's count only
+
+void sweep(bool profile) {
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  int l2 = 0;
+  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+  const int64_t Hq = 32, D = 128;
+  struct Row { int64_t Hkv, B, S; };
+  std::vector<Row> rows = profile ? std::vector<Row>{Row{8, 32, 32768}, Row{8, 1, 4096}}
+                                        : std::vector<Row>{};
+  if (!profile) {  // bench()'s rows
+    for (int64_t Hkv : {8, 32}) {
+      for (int64_t B : {1, 8, 32}) {
+        for (int64_t S : {4096, 16384, 32768, 65536}) rows.push_back(Row{Hkv, B, S});
+      }
+    }
+  }
+  for (const Row row : rows) {
+    const int64_t Hkv = row.Hkv, B = row.B, S = row.S;
+    const size_t elems = static_cast<size_t>(S) * B * Hkv * D;
+    const int cp = static_cast<int>(std::min<size_t>(8, std::max<size_t>(1, (3 * size_t(l2) + elems - 1) / elems)));
+    std::vector<void*> k(cp), v(cp), ks(cp), vs(cp);
+    for (int i = 0; i < cp; ++i) {
+      CK(cudaMalloc(&k[i], elems)); CK(cudaMalloc(&v[i], elems));
+      CK(cudaMalloc(&ks[i], elems / D * 4)); CK(cudaMalloc(&vs[i], elems / D * 4));
+      fill(k[i], elems, 3 + i, true), fill(v[i], elems, 4 + i, true);
+      CK(cudaMemset(ks[i], 0, elems / D * 4));
+      CK(cudaMemset(vs[i], 0, elems / D * 4));
+    }
+    Dev<__half> q(B * Hq * D), out(B * Hq * D);
+    half_fill_kernel<<<64, 256>>>(q.p, q.n, 9);
+    Dev<float> fp8_scale(Hkv);
+    fp8_scale.put(std::vector<float>(Hkv, 0.01f));
+    const int iters = static_cast<int>(std::max<int64_t>(8, std::min<int64_t>(100, int64_t(2e9 / (2 * elems)))));
+    for (int kind = 0; kind < 2; ++kind) {
+      std::string line = std::string("SWEEP ") + (Hkv == 8 ? "gqa" : "mha") + " B" + std::to_string(B) + " S" +
+                         std::to_string(S) + (kind == 0 ? " fp8" : " int8");
+      for (int64_t n : profile || g_sweep_auto ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64}) {
+        pvt::DecodeOptions opts;
+        opts.splits = n;
+        pvt::QuantAttentionParams p;
+        p.attn = bench_attn(B, Hkv, S, q.p, out.p);
+        p.attn.options = &opts;
+        set_bench_kind(&p, kind, fp8_scale.p, k[0], v[0], ks[0], vs[0]);  // the size asks for valid params
+        pvt::DecodeAttentionParams& a = p.attn;
+        const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
+        Dev<uint8_t> w(wsq);
+        a.workspace = w.p, a.workspace_bytes = wsq;
+        auto call = [&](int i, cudaStream_t st) {
+          pvt::QuantAttentionParams c = p;
+          c.attn.k = k[i], c.attn.v = v[i];
+          if (kind == 1) c.k_scale = static_cast<float*>(ks[i]), c.v_scale = static_cast<float*>(vs[i]);
+          pvt::Status e = pvt::quant_attention_cuda(c, st);
+          if (!e.ok()) std::printf("FAIL sweep launch: %s\n", e.to_string().c_str());
+        };
+        float us = 0.f;
+        if (profile) {
+          call(0, s);
+          CK(cudaStreamSynchronize(s));
+        } else {
+          us = graph_us(call, cp, iters, s);
+        }
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " %s:%.1f", n == 0 ? "auto" : std::to_string(n).c_str(), us);
+        line += buf;
+      }
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+    for (int i = 0; i < cp; ++i) {
+      for (void* x : {k[i], v[i], ks[i], vs[i]}) cudaFree(x);
+    }
+  }
+  cudaStreamDestroy(s);
+}
+
 void bench() {
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
@@ -372,14 +488,8 @@ void bench() {
         half_fill_kernel<<<64, 256>>>(q.p, q.n, 9);
         Dev<float> fp8_scale(Hkv), lse(B * Hq);
         fp8_scale.put(std::vector<float>(Hkv, 0.01f));
-        pvt::DecodeAttentionParams a;
-        a.batch = B, a.q_len = 1, a.q_heads = Hq, a.kv_heads = Hkv, a.head_dim = D, a.kv_len = S;
-        a.dtype = ScalarType::kFloat16;
-        a.scale = 1.f / std::sqrt(128.f);
-        const int64_t qs[4] = {Hq * D, Hq * D, D, 1}, kvs[4] = {B * Hkv * D, Hkv * D, D, 1};
-        std::copy(qs, qs + 4, a.q_stride), std::copy(qs, qs + 4, a.out_stride);
-        std::copy(kvs, kvs + 4, a.k_stride), std::copy(kvs, kvs + 4, a.v_stride);
-        a.q = q.p, a.out = out.p, a.k = k16[0], a.v = v16[0];
+        pvt::DecodeAttentionParams a = bench_attn(B, Hkv, S, q.p, out.p);
+        a.k = k16[0], a.v = v16[0];
         const size_t ws16 = pvt::decode_attention_cuda_workspace_bytes(a);
         Dev<uint8_t> w16(ws16);
         a.workspace = w16.p, a.workspace_bytes = ws16;
@@ -395,17 +505,7 @@ void bench() {
           pvt::QuantAttentionParams p;
           p.attn = a;
           p.attn.workspace = nullptr, p.attn.workspace_bytes = 0;
-          p.kind = kind == 0 ? KvQuant::kFp8E4M3 : KvQuant::kInt8;
-          if (kind == 0) {
-            p.k_scale = p.v_scale = fp8_scale.p;
-            p.k_scale_stride[2] = p.v_scale_stride[2] = 1;
-          } else {
-            const int64_t st[3] = {B * Hkv, Hkv, 1};
-            std::copy(st, st + 3, p.k_scale_stride), std::copy(st, st + 3, p.v_scale_stride);
-            p.k_scale = static_cast<float*>(ksc[0]), p.v_scale = static_cast<float*>(vsc[0]);
-          }
-          p.attn.k = kind == 0 ? k8[0] : ki[0];
-          p.attn.v = kind == 0 ? v8[0] : vi[0];
+          set_bench_kind(&p, kind, fp8_scale.p, kind == 0 ? k8[0] : ki[0], kind == 0 ? v8[0] : vi[0], ksc[0], vsc[0]);
           const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
           Dev<uint8_t> w(wsq);
           p.attn.workspace = w.p, p.attn.workspace_bytes = wsq;
@@ -442,6 +542,9 @@ void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> type
       for (int64_t S : {1, 63, 64, 65, 4097}) test_attention({kind, t, 3, 8, 2, D, S, false});
       for (Layout lay : {kBatchMajor, kHeadMajor}) test_attention({kind, t, 2, 8, 2, D, 1000, false, lay});
       test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor});
+      // Forced split counts: one chunk of the merge (5), two (20), three (40 asked: 33 of 128 keys),
+      // a partial last chunk each time; with lengths that end some splits early.
+      for (int64_t n : {5, 20, 40}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n});
     }
   }
 }
@@ -449,14 +552,23 @@ void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> type
 }  // namespace
 
 // --no-bench: the checks only; --bench-only: the timings only; --tc-only: the tensor-core cases with
-// float16 q only (what compute-sanitizer runs: the kernel's memory accesses, at a memcheck's pace).
+// float16 q only (what compute-sanitizer runs: the kernel's memory accesses, at a memcheck's pace);
+// --sweep: the split-count sweep only (with --auto: the planner's count only); --profile: sweep's plain calls for a profiler.
 int main(int argc, char** argv) {
-  bool no_bench = false, bench_only = false, tc_only = false;
+  bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false;
+  bool& sweep_auto = g_sweep_auto;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     no_bench = no_bench || arg == "--no-bench";
     bench_only = bench_only || arg == "--bench-only";
     tc_only = tc_only || arg == "--tc-only";
+    sweep_only = sweep_only || arg == "--sweep";
+    profile = profile || arg == "--profile";
+    sweep_auto = sweep_auto || arg == "--auto";
+  }
+  if (sweep_only || profile) {
+    sweep(profile);
+    return r.finish();
   }
   if (tc_only) {
     for (KvQuant kind : {KvQuant::kFp8E4M3, KvQuant::kInt8}) test_tensor_core_cases(kind, {ScalarType::kFloat16});
