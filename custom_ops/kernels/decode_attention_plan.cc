@@ -92,10 +92,10 @@ void balance_splits(const DecodeAttentionParams& p, Plan* plan, int resident, in
 // scheduler and halve the instructions each warp issues per key: what a short block pays for.
 constexpr int64_t kEightWarpsMaxKeys = 2048;  // keys of one split
 
-// Whether the tensor-core kernel's grid (one block per entry, kv head and split) has no more blocks than
-// SMs, so that each block can have an SM to itself.
+// Whether the tensor-core kernel's grid (one block per entry, kv head, row group and split) has no more
+// blocks than SMs, so that each block can have an SM to itself.
 bool mma_one_block_an_sm(const DecodeAttentionParams& p, const Plan& plan) {
-  return p.batch * p.kv_heads * plan.splits <= plan.sms;
+  return p.batch * p.kv_heads * plan.row_groups * plan.splits <= plan.sms;
 }
 
 // Several M-tiles: always 8 warps (the only instances: each warp one M-tile of one key slice).
@@ -136,6 +136,22 @@ void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, const i
                   clusters * plan->splits <= plan->sms && clusters_fit(clusters, plan->splits, max_clusters);
 }
 
+// M-tiles of 16 rows per tensor-core block for R query rows per kv head; the kv head's rows are spread
+// over ceil(R / (16 x tiles)) row groups, each a block that reads the same K/V (once from HBM, the other
+// row groups from L2: they are launched side by side). All rows in one block (up to 8 M-tiles) made MQA
+// 1.4-3.0x slower than the best SDPA backend on the H200 (family table, docs/H200_DECODE_PARITY.md):
+// with 8 warps over 8 (4) M-tiles a K/V tile holds 16 (32) keys, so a block pays a barrier, a wait and
+// a softmax chain every 16 keys, and 71 rows (Falcon) leave 3 of 8 warps idle and 45% of the MMAs on
+// padding; and with few (entry, kv head) pairs the block count comes from the splits alone. One M-tile
+// a block keeps the GQA kernel's 64-128-key tiles and gives R / 16 times the blocks; two halve the L2
+// re-reads where the grid is large anyway.
+int choose_row_tiles(int64_t R, int64_t entries, int64_t sms, int forced) {
+  const int need = mma_tiles_for(R);
+  if (forced > 0) return std::min(forced, need);
+  if (need == 1) return 1;
+  return entries * ((R + kMmaMaxRows - 1) / kMmaMaxRows) <= sms ? 1 : 2;
+}
+
 }  // namespace
 
 const DecodeOptions& options_of(const DecodeAttentionParams& p) {
@@ -144,11 +160,14 @@ const DecodeOptions& options_of(const DecodeAttentionParams& p) {
 }
 
 Status check_options(const DecodeOptions& o) {
-  if (o.splits < 0 || (o.mma_warps != 0 && o.mma_warps != 4 && o.mma_warps != 8) || o.mma_blocks_per_sm < 1) {
+  const int t = o.mma_row_tiles;
+  if (o.splits < 0 || (o.mma_warps != 0 && o.mma_warps != 4 && o.mma_warps != 8) || o.mma_blocks_per_sm < 1 ||
+      (t != 0 && t != 1 && t != 2 && t != 4 && t != 8)) {
     return Status(Code::kInvalidArgument,
-                  "decode_attention_cuda: options need splits >= 0, mma_warps 0, 4 or 8 and mma_blocks_per_sm >= 1; "
-                  "got splits " + std::to_string(o.splits) + ", mma_warps " + std::to_string(o.mma_warps) +
-                      ", mma_blocks_per_sm " + std::to_string(o.mma_blocks_per_sm));
+                  "decode_attention_cuda: options need splits >= 0, mma_warps 0, 4 or 8, mma_blocks_per_sm >= 1 and "
+                  "mma_row_tiles 0, 1, 2, 4 or 8; got splits " + std::to_string(o.splits) + ", mma_warps " +
+                      std::to_string(o.mma_warps) + ", mma_blocks_per_sm " + std::to_string(o.mma_blocks_per_sm) +
+                      ", mma_row_tiles " + std::to_string(t));
   }
   return Status::Ok();
 }
@@ -182,8 +201,8 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
   }
   // Several rows per kv head (GQA, Tq > 1), unmasked: for 16-bit caches with up to 128 rows per kv head
   // and head_dim 64, 80, 96, 128 or 256, all rows of a kv head on tensor cores (decode_attention_mma_cuda.cuh:
-  // 16-row M-tiles, as many as the rows need; it copies q rows in 16-byte chunks too: contiguous head dim,
-  // 16-byte aligned rows); otherwise, for a key of 8/16/32 chunks of 16 bytes, the shared-memory kernel
+  // 16-row M-tiles, 1-8 a block, more blocks for the rest: choose_row_tiles; it copies q rows in 16-byte
+  // chunks too: contiguous head dim, 16-byte aligned rows); otherwise, for a key of 8/16/32 chunks of 16 bytes, the shared-memory kernel
   // (decode_attention_rows_cuda.cuh), one row per warp. Options no_mma keeps the row-per-warp kernel and
   // mma_mha takes the tensor-core kernel for every unmasked one-row case.
   // One row per kv head (MHA decode) takes the tensor-core kernel where it covers every (entry, kv
@@ -203,7 +222,7 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
     plan.mma_kernel = mma;
     plan.lanes = static_cast<int>(key_chunks);
     plan.chunks = 1;
-    plan.mma_tiles = mma ? mma_tiles_for(R) : 1;
+    plan.mma_tiles = mma ? choose_row_tiles(R, entries, plan.sms, o.mma_row_tiles) : 1;
     plan.rows = mma ? kMmaMaxRows * plan.mma_tiles : kWarps;
   }
   plan.row_groups = (R + plan.rows - 1) / plan.rows;

@@ -123,17 +123,34 @@ const Case kCases[] = {
     {"unaligned", 1, 1, 4096, 32, 32, 128, 1, 0, 0, 1, "", 0, {0, 1, 32, 8, 1, 1, 16, 256, 32, 0, 0, 4, 0, 1, 266240, 0}},
     {"fp32_gqa_tq2", 0, 4, 2048, 16, 4, 128, 2, 0, 0, 0, "", 0, {1, 4, 32, 1, 4, 2, 16, 128, 128, 1, 0, 4, 0, 1, 1064960, 0}},
     // Issue 32: more than 16 rows per kv head and head_dim 80/96/256 on the tensor-core kernel (M-tiles
-    // of 16 rows, 8 warps for two or more); MHA at 96 stays on the one-row kernel.
-    {"mqa32", 1, 8, 8192, 32, 1, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
-    {"mqa32_slot", 2, 8, 8192, 32, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
-    {"falcon71_d64", 2, 4, 2048, 71, 1, 64, 1, 0, 0, 0, "", 0, {1, 8, 8, 1, 128, 1, 16, 128, 284, 0, 1, 8, 0, 1, 1199616, 1}, 8},
-    {"starcoder48", 1, 16, 2048, 48, 1, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 8, 256, 768, 0, 1, 8, 1, 1, 0, 1}, 4},
+    // of 16 rows, 8 warps for two or more a block; a large group in row groups of one or two M-tiles, each
+    // next to its `_rt8` twin: all rows in one block, the plan before row groups); MHA at 96 stays on the
+    // one-row kernel.
+    {"mqa32", 1, 8, 8192, 32, 1, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 2, 8, 1024, 256, 0, 1, 8, 0, 1, 1064960, 1}, 1},
+    {"mqa32_rt8", 1, 8, 8192, 32, 1, 128, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
+    {"mqa32_slot", 2, 8, 8192, 32, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 2, 8, 1024, 256, 0, 1, 8, 0, 1, 1064960, 1}, 1},
+    {"mqa32_slot_rt8", 2, 8, 8192, 32, 1, 128, 1, 1, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
+    {"falcon71_d64", 2, 4, 2048, 71, 1, 64, 1, 0, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 6, 342, 284, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"falcon71_d64_rt8", 2, 4, 2048, 71, 1, 64, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 8, 1, 128, 1, 16, 128, 284, 0, 1, 8, 0, 1, 1199616, 1}, 8},
+    {"starcoder48", 1, 16, 2048, 48, 1, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 3, 2, 1024, 768, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"starcoder48_rt8", 1, 16, 2048, 48, 1, 128, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 64, 1, 8, 256, 768, 0, 1, 8, 1, 1, 0, 1}, 4},
     {"gemma_d256", 2, 4, 8192, 8, 1, 256, 1, 1, 0, 0, "", 0, {1, 8, 32, 1, 16, 1, 33, 249, 32, 0, 1, 4, 0, 1, 1089792, 1}, 1},
     {"gemma_d256_warps8", 2, 1, 2048, 8, 1, 256, 1, 0, 0, 0, "mma_warps", 8, {1, 8, 32, 1, 16, 1, 16, 128, 8, 0, 1, 4, 0, 1, 132096, 1}, 1},
-    {"spec_gqa_tq8", 1, 4, 4096, 32, 8, 128, 8, 1, 0, 0, "", 0, {1, 8, 16, 1, 32, 1, 4, 1024, 1024, 0, 1, 8, 1, 1, 0, 1}, 2},
-    {"qwen2_tq8", 1, 1, 2048, 28, 4, 128, 8, 0, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 16, 128, 224, 0, 1, 8, 0, 1, 1863680, 1}, 4},
+    {"spec_gqa_tq8", 1, 4, 4096, 32, 8, 128, 8, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 2, 2, 2048, 1024, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"spec_gqa_tq8_rt8", 1, 4, 4096, 32, 8, 128, 8, 1, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 32, 1, 4, 1024, 1024, 0, 1, 8, 1, 1, 0, 1}, 2},
+    {"qwen2_tq8", 1, 1, 2048, 28, 4, 128, 8, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 4, 8, 256, 224, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"qwen2_tq8_rt8", 1, 1, 2048, 28, 4, 128, 8, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 64, 1, 16, 128, 224, 0, 1, 8, 0, 1, 1863680, 1}, 4},
     {"d80_gqa", 1, 2, 4096, 16, 2, 80, 1, 0, 0, 0, "", 0, {1, 8, 10, 1, 16, 1, 32, 128, 32, 0, 1, 8, 0, 1, 335872, 1}, 1},
     {"phi3_d96_mha", 1, 1, 2048, 32, 32, 96, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 128, 32, 0, 0, 4, 0, 1, 200704, 0}, 1},
+    // Large groups spread over row groups (choose_row_tiles): one M-tile a block where every row group of
+    // every (entry, kv head) has an SM, else two; forced counts above what the rows need are capped.
+    {"falcon71_b1_s512", 1, 1, 512, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 4, 128, 71, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"falcon71_b64_s32k", 1, 64, 32768, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 32, 3, 1, 32768, 4544, 0, 1, 8, 0, 1, 0, 0}, 2},
+    {"starcoder48_b1_s512", 2, 1, 512, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 3, 4, 128, 48, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"gemma_tq4_d256", 1, 2, 8192, 8, 1, 256, 4, 1, 0, 0, "", 0, {1, 8, 32, 1, 16, 2, 33, 249, 64, 0, 1, 4, 0, 1, 2179584, 1}, 1},
+    {"mqa128_d80", 1, 4, 4096, 128, 1, 80, 1, 0, 0, 0, "", 0, {1, 8, 10, 1, 16, 8, 4, 1024, 512, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"mqa32_rt2", 1, 8, 8192, 32, 1, 128, 1, 0, 0, 0, "mma_row_tiles", 2, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
+    {"gqa_rt8_capped", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 16, 1, 16, 256, 32, 0, 1, 8, 0, 1, 266240, 1}, 1},
 };
 
 DecodeOptions options_for(const Case& c) {
@@ -146,6 +163,7 @@ DecodeOptions options_for(const Case& c) {
   if (n == "no_pdl") o.no_pdl = c.value != 0;
   if (n == "no_cluster") o.no_cluster = c.value != 0;
   if (n == "mma_blocks_per_sm") o.mma_blocks_per_sm = static_cast<int>(c.value);
+  if (n == "mma_row_tiles") o.mma_row_tiles = static_cast<int>(c.value);
   return o;
 }
 
@@ -241,6 +259,11 @@ void test_errors(Report& r) {
   o = DecodeOptions{};
   o.mma_blocks_per_sm = 0;
   r.code(check_options(o), Code::kInvalidArgument, "errors.mma_blocks_per_sm_0");
+  o = DecodeOptions{};
+  o.mma_row_tiles = 3;
+  r.code(check_options(o), Code::kInvalidArgument, "errors.mma_row_tiles_3");
+  o.mma_row_tiles = -1;
+  r.code(check_options(o), Code::kInvalidArgument, "errors.mma_row_tiles_negative");
   const Case& gqa = kCases[2];  // GQA B=1 S=1k: the tensor-core kernel
   DecodeAttentionParams p;
   Plan plan;
