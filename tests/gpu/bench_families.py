@@ -3,7 +3,7 @@ backend in one process, each call reading K/V that are not in L2, GPU time from 
 
 Families (q heads / kv heads, head_dim): Llama-2-7B 32/32 128, Llama-3-8B 32/8 128, Llama-3-70B 64/8
 128, Qwen2-7B 28/4 128, Gemma 8/1 256, Falcon-7B 71/1 64, StarCoder 48/1 128, Phi-3 32/32 96, a 16/16
-head_dim-64 model. B in {1, 4, 16, 64}, S in {512, 2k, 8k, 32k} where K+V fit --max-gib (per copy; the
+head_dim-64 model, an MQA 32/1 128 model. B in {1, 4, 16, 64}, S in {512, 2k, 8k, 32k} where K+V fit --max-gib (per copy; the
 contenders hold three layouts of it), fp16 and bf16; then speculative verify, Tq 2-8 new tokens a
 sequence, for Llama-3-8B and Qwen2-7B.
   sdpa_<backend>  F.scaled_dot_product_attention on contiguous [B, H, S, D] (cudnn, flash, efficient;
@@ -47,14 +47,14 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 def shapes():
     """(family, Hq, Hkv, D, B, S, Tq): the families the tensor-core kernel's new paths serve first (MQA,
     head_dim 256, a group of 7), then the speculative rows, then the rest (a time budget cuts the end)."""
-    order = ("falcon_7b", "starcoder", "gemma", "qwen2_7b", "llama3_8b", "llama3_70b", "llama2_7b", "phi3", "mha16_d64",
-             "mqa32")
+    order = ("falcon_7b", "starcoder", "mqa32", "gemma", "qwen2_7b", "llama3_8b", "llama3_70b", "llama2_7b", "phi3",
+             "mha16_d64")
     fams = sorted(FAMILIES, key=lambda f: order.index(f[0]))
     for i, (name, hq, hkv, d) in enumerate(fams):
         for B in (1, 4, 16, 64):
             for S in (512, 2048, 8192, 32768):
                 yield name, hq, hkv, d, B, S, 1
-        if i == 4:  # after Llama-3-8B: speculative verify for it and Qwen2-7B
+        if i == 5:  # after Llama-3-8B: speculative verify for it and Qwen2-7B
             for sname, shq, shkv, sd in (f for f in FAMILIES if f[0] in ("llama3_8b", "qwen2_7b")):
                 for B, S in ((4, 2048), (16, 8192)):
                     for tq in (2, 4, 8):

@@ -46,7 +46,8 @@ def shape_row(ext, kvh, n):
     q = qkv[:, :H * D].view(B, 1, H, D)
     k = qkv[:, H * D:(H + kvh) * D].view(B, 1, kvh, D)
     v = qkv[:, (H + kvh) * D:].view(B, 1, kvh, D)
-    ws = torch.empty(max(1, ext.workspace_bytes(q, views[0], views[1], q, cap)), dtype=torch.uint8, device="cuda")
+    ws = torch.empty(max(1, *(ext.workspace_bytes(q, views[0], views[1], q, n) for n in (CTX, cap))),
+                     dtype=torch.uint8, device="cuda")
     pos = [CTX]
 
     def append(i=0):
