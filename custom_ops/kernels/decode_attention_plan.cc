@@ -142,14 +142,40 @@ void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, const i
 // 1.4-3.0x slower than the best SDPA backend on the H200 (family table, docs/H200_DECODE_PARITY.md):
 // with 8 warps over 8 (4) M-tiles a K/V tile holds 16 (32) keys, so a block pays a barrier, a wait and
 // a softmax chain every 16 keys, and 71 rows (Falcon) leave 3 of 8 warps idle and 45% of the MMAs on
-// padding; and with few (entry, kv head) pairs the block count comes from the splits alone. One M-tile
-// a block keeps the GQA kernel's 64-128-key tiles and gives R / 16 times the blocks; two halve the L2
-// re-reads where the grid is large anyway.
-int choose_row_tiles(int64_t R, int64_t entries, int64_t sms, int forced) {
+// padding; and with few (entry, kv head) pairs the block count comes from the splits alone.
+// One M-tile a block (R / 16 times the blocks, the GQA kernel's 128-key tiles) where its plan gets 8 warps
+// (every block an SM, splits of at most kEightWarpsMaxKeys) or where its row groups are two or more an
+// SM; otherwise two (fewer L2 re-reads, and 8 warps where one M-tile would get 4 warps alone on an SM).
+// H200, per-slot fp16 (run of 2026-12-02 02:31 UTC, one against two M-tiles): Falcon 71/1 B=1 S=8k
+// 11.2 against 13.7 us, B=64 S=8k (320 row groups) 126.7 against 167.4; MQA 32/1 B=16 S=32k, where one
+// M-tile plans 4 warps, 122.4 against 86.7; StarCoder 48/1 B=16 S=8k 68.5 against 50.7.
+int choose_row_tiles(const DecodeAttentionParams& p, int64_t R, int64_t entries, int64_t sms) {
+  const DecodeOptions& o = options_of(p);
   const int need = mma_tiles_for(R);
-  if (forced > 0) return std::min(forced, need);
+  if (o.mma_row_tiles > 0) return std::min(o.mma_row_tiles, need);
   if (need == 1) return 1;
-  return entries * ((R + kMmaMaxRows - 1) / kMmaMaxRows) <= sms ? 1 : 2;
+  const int64_t base = entries * ((R + kMmaMaxRows - 1) / kMmaMaxRows);  // blocks a split with one M-tile
+  if (base >= 2 * sms) return 1;
+  const int64_t n = choose_splits(base, p.kv_len, sms * std::max(1, o.mma_blocks_per_sm), o.splits);
+  const int64_t keys = (p.kv_len + n - 1) / n;
+  return base * ((p.kv_len + keys - 1) / keys) <= sms && keys <= kEightWarpsMaxKeys ? 1 : 2;
+}
+
+// Short contexts on a small grid: the splits of each (entry, kv head, row group) as one full cluster of
+// `limit` blocks of at least kFullClusterMinKeys keys each, rather than fewer, longer splits
+// (kMinKeysPerSplit stops B=1 S=512 at 4 splits of 128 keys) or more, shorter ones merged by the second
+// kernel (16 at S=2k). H200, per-slot fp16, B=1 (run of 2026-12-02 02:31 UTC): S=512 (576 keys), 8
+// splits in a cluster against 4: Gemma 8/1 8.32 against 10.94 us, StarCoder 7.74 against 8.75, MQA 32/1
+// 7.78 against 8.77, Falcon 5.50 against 5.85; Falcon S=2k (2112 keys), 8 in a cluster 6.26 against 16
+// merged by the kernel 8.12. Measured up to 2112 keys: only there (kFullClusterMaxKeys).
+constexpr int64_t kFullClusterMinKeys = 64, kFullClusterMaxKeys = 2304;
+void fill_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, const int* max_clusters) {
+  const int64_t clusters = p.batch * p.kv_heads * plan->row_groups;
+  if (limit < 2 || options_of(p).splits > 0 || p.kv_len > kFullClusterMaxKeys || p.kv_len < limit * kFullClusterMinKeys ||
+      clusters * limit > plan->sms || !clusters_fit(clusters, limit, max_clusters)) {
+    return;
+  }
+  set_splits(p, plan, limit);
 }
 
 }  // namespace
@@ -222,7 +248,7 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
     plan.mma_kernel = mma;
     plan.lanes = static_cast<int>(key_chunks);
     plan.chunks = 1;
-    plan.mma_tiles = mma ? choose_row_tiles(R, entries, plan.sms, o.mma_row_tiles) : 1;
+    plan.mma_tiles = mma ? choose_row_tiles(p, R, entries, plan.sms) : 1;
     plan.rows = mma ? kMmaMaxRows * plan.mma_tiles : kWarps;
   }
   plan.row_groups = (R + plan.rows - 1) / plan.rows;
@@ -237,6 +263,10 @@ Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupanc
     // that was as fast or faster on all 12 shapes of B x S, up to 9% (B = 1, S = 16k); fewer, longer
     // blocks keep their tile pipeline full and leave half the partials to merge.
     plan_splits(p, plan, std::max(1, o.mma_blocks_per_sm));
+    if (!o.no_cluster) {  // the cluster limit of the 8-warp instance where it runs here (it then gets 8 warps)
+      const int cw = occupancy.mma_resident[1] > 0 ? 1 : 0;
+      fill_cluster(p, plan, occupancy.mma_cluster_limit[cw], occupancy.mma_max_clusters[cw]);
+    }
     plan->mma_warps = choose_mma_warps(p, *plan, occupancy);
     const int w = plan->mma_warps == 8 ? 1 : 0;
     if (occupancy.mma_resident[w] == 0) {
