@@ -64,10 +64,12 @@ def shapes():
 # Per-slot variants timed next to the default plan where their plan differs, with --variants (what a
 # change of the planner is argued from): the merge kernel instead of a cluster, the row-per-warp kernel
 # instead of tensor cores, and the tensor-core kernel's rows of a kv head in blocks of at most 1, 2 or 8
-# M-tiles (_rt8: all in one block, the plan before row groups), 8 splits forced (short calls: 64-key splits).
+# M-tiles (_rt8: all in one block, the plan before row groups), 4, 8 or 16 splits forced (short calls),
+# splits that fill two tensor-core blocks an SM (_b2).
 # --variants NAME,... times only those.
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt1", {"mma_row_tiles": 1}),
-            ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s8", {"splits": 8}))
+            ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s4", {"splits": 4}),
+            ("_s8", {"splits": 8}), ("_s16", {"splits": 16}), ("_b2", {"mma_blocks_per_sm": 2}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
 

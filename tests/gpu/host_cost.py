@@ -6,7 +6,7 @@ and GPU microseconds per call (events around the same N calls), for GQA (8 kv he
   attention   ext.attention at a fixed length (plan + launches)
   append      begin_append + append + remove_view at advancing positions (the token's write)
   step        append of K and V, then attention: what one layer of the eager loop adds
-Usage: python3 tests/gpu/host_cost.py OUT.json [--calls N]
+Usage: python3 tests/gpu/host_cost.py OUT.json [--calls N] [--row-tiles 1|2|4|8 (DecodeOptions::mma_row_tiles)]
 """
 import json
 import sys
@@ -16,6 +16,7 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import build  # noqa: E402
+from bench_attention import knob_set  # noqa: E402
 
 H, D, B, CTX = 32, 128, 8, 4096
 
@@ -80,12 +81,14 @@ def shape_row(ext, kvh, n):
 def main():
     n = int(sys.argv[sys.argv.index("--calls") + 1]) if "--calls" in sys.argv else 200
     ext = build.load()
-    rows = [shape_row(ext, kvh, n) for kvh in (8, 1)]
+    knobs = {"mma_row_tiles": int(sys.argv[sys.argv.index("--row-tiles") + 1])} if "--row-tiles" in sys.argv else {}
+    with knob_set(ext, **knobs):
+        rows = [shape_row(ext, kvh, n) for kvh in (8, 1)]
     for r in rows:
         print(json.dumps(r), flush=True)
     with open(sys.argv[1], "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "B": B, "ctx": CTX, "q_heads": H, "head_dim": D,
-                   "calls": n, "rows": rows}, f, indent=1)
+                   "calls": n, "knobs": knobs, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
