@@ -178,6 +178,17 @@ void fill_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, const i
   set_splits(p, plan, limit);
 }
 
+// Row groups of two M-tiles whose 8-warp instance fits two blocks an SM (head_dim 64 on the H200; 80-256
+// fit one): splits for two blocks an SM, not one. Such a plan is long (choose_row_tiles takes two M-tiles
+// where one would not get 8 warps), and one 8-warp block an SM leaves it latency-bound: Falcon 71/1 B=16
+// S=32k (96 blocks) under Nsight Compute issued 0.41 instructions a cycle per scheduler, 2 warps each,
+// DRAM 14% busy. H200, per-slot fp16 (run of 2026-12-02 02:38 UTC), one against two blocks an SM: B=16
+// S=8k 61.9 against 45.8 us, S=32k 213.2 against 141.5, B=4 S=32k 46.9 against 42.7; at head_dim 128
+// (one block an SM: a second wave) two were 5-50% slower.
+bool two_row_tiles_per_sm(const Plan& plan, const KernelOccupancy& occ) {
+  return plan.row_groups > 1 && plan.mma_tiles == 2 && occ.mma_resident[1] >= 2;
+}
+
 }  // namespace
 
 const DecodeOptions& options_of(const DecodeAttentionParams& p) {
@@ -262,7 +273,8 @@ Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupanc
     // One block per SM, not the 2 resident ones of the 4-warp kernel: on the H200 (GQA 32/8, fp16)
     // that was as fast or faster on all 12 shapes of B x S, up to 9% (B = 1, S = 16k); fewer, longer
     // blocks keep their tile pipeline full and leave half the partials to merge.
-    plan_splits(p, plan, std::max(1, o.mma_blocks_per_sm));
+    const bool two = o.mma_blocks_per_sm == 1 && two_row_tiles_per_sm(*plan, occupancy);  // 1: the default
+    plan_splits(p, plan, two ? 2 : std::max(1, o.mma_blocks_per_sm));
     if (!o.no_cluster) {  // the cluster limit of the 8-warp instance where it runs here (it then gets 8 warps)
       const int cw = occupancy.mma_resident[1] > 0 ? 1 : 0;
       fill_cluster(p, plan, occupancy.mma_cluster_limit[cw], occupancy.mma_max_clusters[cw]);

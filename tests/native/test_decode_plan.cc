@@ -174,8 +174,9 @@ DecodeOptions options_for(const Case& c) {
 }
 
 // Plan one case as the launcher does: kernel, then the occupancy of the instance it picked, then grid.
-// max_clusters: the device's answer for clusters of every size resident at once (-1: not known).
-Status plan_case(const Case& c, const DecodeOptions* options, Plan* plan, int max_clusters = -1) {
+// max_clusters: the device's answer for clusters of every size resident at once (-1: not known);
+// resident8: blocks an SM of the 8-warp tensor-core instance.
+Status plan_case(const Case& c, const DecodeOptions* options, Plan* plan, int max_clusters = -1, int resident8 = 1) {
   static int32_t lengths[64];  // never read by the planner: only whether the pointers are null
   DecodeAttentionParams p;
   p.batch = c.B; p.q_len = c.Tq; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.S;
@@ -200,7 +201,7 @@ Status plan_case(const Case& c, const DecodeOptions* options, Plan* plan, int ma
   KernelOccupancy occ;
   occ.resident = plan->rows_kernel ? 6 : 4;
   occ.mma_resident[0] = 2;
-  occ.mma_resident[1] = 1;
+  occ.mma_resident[1] = resident8;
   occ.mma_cluster_limit[0] = occ.mma_cluster_limit[1] = kMaxClusterSplits;
   for (int n = 2; n <= kMaxClusterSplits; ++n) occ.mma_max_clusters[0][n] = occ.mma_max_clusters[1][n] = max_clusters;
   return plan_grid(p, occ, plan);
@@ -296,6 +297,27 @@ void test_cluster_fit(Report& r) {
   }
 }
 
+// Row groups of two M-tiles whose 8-warp instance fits two blocks an SM (head_dim 64 on the H200) take
+// the splits of two blocks an SM: Falcon 71/1 B=16 S=8k per slot, 3 row groups of 32 rows, 5 splits
+// instead of 2; one M-tile (B=1) or one block an SM keep theirs; a forced blocks-an-SM count wins.
+void test_two_per_sm(Report& r) {
+  const Case falcon{"two_per_sm", 1, 16, 8256, 71, 1, 64, 1, 1, 0, 0, "", 0, {}, 1};
+  const Case falcon_b1{"two_per_sm_b1", 1, 1, 8256, 71, 1, 64, 1, 1, 0, 0, "", 0, {}, 1};
+  struct Want { const Case* c; int resident8, blocks_per_sm; int64_t tiles, groups, splits; };
+  for (const Want& w : {Want{&falcon, 2, 1, 2, 3, 5}, Want{&falcon, 1, 1, 2, 3, 2}, Want{&falcon, 2, 3, 2, 3, 8},
+                        Want{&falcon_b1, 2, 1, 1, 5, 26}}) {
+    const std::string n = std::string(w.c->name) + ".resident8_" + std::to_string(w.resident8) + ".blocks_per_sm_" +
+                          std::to_string(w.blocks_per_sm);
+    DecodeOptions o;
+    o.mma_blocks_per_sm = w.blocks_per_sm;
+    Plan plan;
+    if (!r.ok(plan_case(*w.c, &o, &plan, -1, w.resident8), n + ".plan")) continue;
+    r.eq(int64_t{plan.mma_tiles}, w.tiles, n + ".mma_tiles");
+    r.eq(plan.row_groups, w.groups, n + ".row_groups");
+    r.eq(plan.splits, w.splits, n + ".splits");
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -303,5 +325,6 @@ int main() {
   test_table(r);
   test_errors(r);
   test_cluster_fit(r);
+  test_two_per_sm(r);
   return r.finish();
 }
