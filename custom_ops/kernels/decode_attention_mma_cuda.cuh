@@ -7,10 +7,10 @@
 //
 // Block = WARPS warps (4 or 8), one (entry, kv head), one row group of its query rows (16 x MT rows: all of
 // them, or a share where the plan spreads a large group over several blocks, Plan::row_groups) and one
-// split of its keys. Tiles of 16 x WARPS keys
-// of K and V go to shared memory by 16-byte cp.async, kMmaStages deep, rows XOR-swizzled so that
-// ldmatrix reads 8 keys without bank conflicts. Warp w takes keys [16w, 16w + 16) of every tile and
-// keeps its own online softmax (m, l, O as MMA accumulators), FlashAttention-2 style: S = Q K^T
+// split of its keys. Tiles of 16 x WARPS / MT keys of K and V go to shared memory by 16-byte cp.async,
+// kMmaStages deep, rows XOR-swizzled so that ldmatrix reads 8 keys without bank conflicts. Warp w takes
+// keys [16w, 16w + 16) of every tile (one M-tile; see the kernel for several) and keeps its own online
+// softmax (m, l, O as MMA accumulators), FlashAttention-2 style: S = Q K^T
 // (K via ldmatrix), P = exp(S - m) re-packed in registers as the A operand of O += P V (V via
 // ldmatrix.trans). The warps' partial states merge through shared memory at the end into the
 // block's partials, which finish_block (decode_attention_merge_cuda.cuh) writes, merges within a
@@ -251,8 +251,8 @@ __global__ void __launch_bounds__(WARPS * 32)
   // zeros for rows that are not live; then the first STAGES - 1 tiles, in flight while the rows are
   // read into registers. One commit group per tile slot, empty past the last tile, so that wait_group
   // counts stay the same.
-  // This block's rows: rows row0 .. row0 + rows - 1 of the kv head's R (row r: head hk * G + r / Tq, token
-  // r % Tq); below, `row` counts from row0.
+  // This block's rows: rows row0 .. row0 + rows - 1 of the kv head's R (row r: head hk * G + r / Tq,
+  // token r % Tq); below, `row` counts from row0.
   const int tq = static_cast<int>(Tq), row0 = rg * ROWS;
   const int rows = static_cast<int>(R) - row0 < ROWS ? static_cast<int>(R) - row0 : ROWS;
   {

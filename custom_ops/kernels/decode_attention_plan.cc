@@ -171,8 +171,9 @@ int choose_row_tiles(const DecodeAttentionParams& p, int64_t R, int64_t entries,
 constexpr int64_t kFullClusterMinKeys = 64, kFullClusterMaxKeys = 2304;
 void fill_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, const int* max_clusters) {
   const int64_t clusters = p.batch * p.kv_heads * plan->row_groups;
-  if (limit < 2 || options_of(p).splits > 0 || p.kv_len > kFullClusterMaxKeys || p.kv_len < limit * kFullClusterMinKeys ||
-      clusters * limit > plan->sms || !clusters_fit(clusters, limit, max_clusters)) {
+  if (limit < 2 || options_of(p).splits > 0 || p.kv_len > kFullClusterMaxKeys ||
+      p.kv_len < limit * kFullClusterMinKeys || clusters * limit > plan->sms ||
+      !clusters_fit(clusters, limit, max_clusters)) {
     return;
   }
   set_splits(p, plan, limit);
@@ -239,9 +240,9 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
   // Several rows per kv head (GQA, Tq > 1), unmasked: for 16-bit caches with up to 128 rows per kv head
   // and head_dim 64, 80, 96, 128 or 256, all rows of a kv head on tensor cores (decode_attention_mma_cuda.cuh:
   // 16-row M-tiles, 1-8 a block, more blocks for the rest: choose_row_tiles; it copies q rows in 16-byte
-  // chunks too: contiguous head dim, 16-byte aligned rows); otherwise, for a key of 8/16/32 chunks of 16 bytes, the shared-memory kernel
-  // (decode_attention_rows_cuda.cuh), one row per warp. Options no_mma keeps the row-per-warp kernel and
-  // mma_mha takes the tensor-core kernel for every unmasked one-row case.
+  // chunks too: contiguous head dim, 16-byte aligned rows); otherwise, for a key of 8/16/32 chunks of 16
+  // bytes, the shared-memory kernel (decode_attention_rows_cuda.cuh), one row per warp. Options no_mma keeps
+  // the row-per-warp kernel and mma_mha takes the tensor-core kernel for every unmasked one-row case.
   // One row per kv head (MHA decode) takes the tensor-core kernel where it covers every (entry, kv
   // head) in one wave of its two resident blocks per SM without splitting, and the context is short:
   // on the H200, B=8 S=1k 35.9 against 37.2 us for the one-row kernel, which splits in two and merges;

@@ -3,9 +3,9 @@ backend in one process, each call reading K/V that are not in L2, GPU time from 
 
 Families (q heads / kv heads, head_dim): Llama-2-7B 32/32 128, Llama-3-8B 32/8 128, Llama-3-70B 64/8
 128, Qwen2-7B 28/4 128, Gemma 8/1 256, Falcon-7B 71/1 64, StarCoder 48/1 128, Phi-3 32/32 96, a 16/16
-head_dim-64 model, an MQA 32/1 128 model. B in {1, 4, 16, 64}, S in {512, 2k, 8k, 32k} where K+V fit --max-gib (per copy; the
-contenders hold three layouts of it), fp16 and bf16; then speculative verify, Tq 2-8 new tokens a
-sequence, for Llama-3-8B and Qwen2-7B.
+head_dim-64 model, an MQA 32/1 128 model. B in {1, 4, 16, 64}, S in {512, 2k, 8k, 32k} where K+V fit
+--max-gib (per copy; the contenders hold three layouts of it), fp16 and bf16; then speculative verify, Tq
+2-8 new tokens a sequence, for Llama-3-8B and Qwen2-7B.
   sdpa_<backend>  F.scaled_dot_product_attention on contiguous [B, H, S, D] (cudnn, flash, efficient;
                   enable_gqa where Hq != Hkv). Speculative rows: no mask (every query sees every key: the
                   same bytes, at most 8 of >= 2k keys more work); a backend that refuses a shape is noted.
@@ -109,8 +109,8 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants=()):
         with knob_set(ext, **opts):
             for lay in ("slot",) if name else ("seq", "slot"):
                 pl = ext.plan(*args[lay])
-                plans[lay + name] = (f"{pl['kernel']} t{pl['mma_tiles']}" + (f"x{pl['row_groups']}" if pl["row_groups"] > 1 else "")
-                                     + f" w{pl['mma_warps']} s{pl['splits']}"
+                groups = f"x{pl['row_groups']}" if pl["row_groups"] > 1 else ""
+                plans[lay + name] = (f"{pl['kernel']} t{pl['mma_tiles']}{groups} w{pl['mma_warps']} s{pl['splits']}"
                                      + (" cl" if pl["cluster"] else ""))
                 ws_bytes = max(ws_bytes, ext.workspace_bytes(*args[lay]))
     for key, text in plans.items():
@@ -178,7 +178,8 @@ def main():
             if kv_bytes > max_gib * 2**30 or time.time() - t0 > budget_s:
                 skipped.append([fam, str(dt), B, S, tq])
                 continue
-            variants = tuple(x for x in VARIANTS if not picked or x[0][1:] in picked) if "--variants" in sys.argv else ()
+            variants = tuple(x for x in VARIANTS if not picked or x[0][1:] in picked) \
+                if "--variants" in sys.argv else ()
             r = row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants)
             rows.append(r)
             print(json.dumps(r), flush=True)
