@@ -27,6 +27,8 @@ struct DecodeOptions {
   bool no_pdl = false;        // plain stream order instead of programmatic dependent launches
   bool no_cluster = false;    // splits merged through the workspace and the merge kernel, never a cluster
   int mma_blocks_per_sm = 1;  // >= 1: tensor-core blocks an SM that the split count fills one wave of
+  int mma_row_tiles = 0;      // 0: the plan's choice; 1, 2, 4 or 8: at most this many M-tiles of 16 query
+                              // rows per tensor-core block, a kv head's other rows in more blocks
   // > 0 (a multiple of kSplitKeysUnit): batch-invariant decoding. Splits of exactly this many keys from
   // key 0 (an entry's last one shorter, splits past its length empty), a kernel and block shape that
   // depend only on the rows per kv head (query group x Tq), head dim and dtype, merged through the

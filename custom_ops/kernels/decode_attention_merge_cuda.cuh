@@ -81,11 +81,12 @@ struct BlockRows {
   float* l = nullptr;    // [rows] sum of exp(score - m)
   float* acc = nullptr;  // [rows][acc_stride] sum of exp(score - m) * v
   int acc_stride = 0;
+  int row0 = 0;          // row r of the block is row row0 + r of its kv head (a row group's first row)
 };
 
 // Every thread of the block calls it, after a __syncthreads() that completed `st`, and none may
-// have returned before (the cluster barrier counts every thread). Row r is query row r of kv head hk
-// (rows 0 .. nrows - 1 < 2^31): query head hk * G + r / Tq, token r % Tq. D is the head dim: a
+// have returned before (the cluster barrier counts every thread). Row r is query row st.row0 + r of kv
+// head hk (rows 0 .. nrows - 1 < 2^31): query head hk * G + r / Tq, token r % Tq. D is the head dim: a
 // constant, so that the index arithmetic is a few instructions (a short block's cost is its
 // instruction count); NTHR the block's threads.
 template <typename T, int D, int NTHR>
@@ -98,9 +99,9 @@ __device__ __forceinline__ void finish_block(const DecodeAttentionParams& p, con
   const int tid = static_cast<int>(threadIdx.x);
   const int n_out = nrows * D;
   auto head_and_token = [&](int r, int64_t* h, int64_t* t) {
-    const int hg = r / tq;
+    const int hg = (st.row0 + r) / tq;
     *h = hk * G + hg;
-    *t = r - hg * tq;
+    *t = st.row0 + r - hg * tq;
   };
   if (!cluster) {
     for (int i = tid; i < n_out; i += NTHR) {

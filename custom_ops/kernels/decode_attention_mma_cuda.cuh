@@ -5,10 +5,12 @@
 // decode_attention_rows_cuda.cuh, converts and multiplies every key once per row: 1.3-2x slower than
 // cuDNN for GQA 32/8 on the H200, docs/H200_DECODE_PARITY.md.)
 //
-// Block = WARPS warps (4 or 8), one (entry, kv head) and one split of its keys. Tiles of 16 x WARPS keys
-// of K and V go to shared memory by 16-byte cp.async, kMmaStages deep, rows XOR-swizzled so that
-// ldmatrix reads 8 keys without bank conflicts. Warp w takes keys [16w, 16w + 16) of every tile and
-// keeps its own online softmax (m, l, O as MMA accumulators), FlashAttention-2 style: S = Q K^T
+// Block = WARPS warps (4 or 8), one (entry, kv head), one row group of its query rows (16 x MT rows: all of
+// them, or a share where the plan spreads a large group over several blocks, Plan::row_groups) and one
+// split of its keys. Tiles of 16 x WARPS / MT keys of K and V go to shared memory by 16-byte cp.async,
+// kMmaStages deep, rows XOR-swizzled so that ldmatrix reads 8 keys without bank conflicts. Warp w takes
+// keys [16w, 16w + 16) of every tile (one M-tile; see the kernel for several) and keeps its own online
+// softmax (m, l, O as MMA accumulators), FlashAttention-2 style: S = Q K^T
 // (K via ldmatrix), P = exp(S - m) re-packed in registers as the A operand of O += P V (V via
 // ldmatrix.trans). The warps' partial states merge through shared memory at the end into the
 // block's partials, which finish_block (decode_attention_merge_cuda.cuh) writes, merges within a
@@ -153,7 +155,7 @@ __device__ __forceinline__ void prime_pipeline(Count n_tiles, LoadTile& load_til
 template <typename T, int D, int WARPS, int MT>
 __global__ void __launch_bounds__(WARPS * 32)
     decode_attention_mma_kernel(const DecodeAttentionParams p, const SplitCount splits, Workspace ws,
-                                const bool cluster) {
+                                const bool cluster, const int row_groups) {
   constexpr int CH = D / 8;                  // 16-byte chunks per key
   constexpr int CHS = mma_row_chunks(D);     // ... per row in shared memory
   constexpr int KS = D / 16;                 // k16 steps of Q K^T (odd at D = 80)
@@ -171,11 +173,15 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   // 32-bit index arithmetic (the host checks batch x kv heads and the rows per kv head against the grid
   // limits): a 64-bit division is a subroutine call, and a short block's cost is its instruction count.
-  const int kvh = static_cast<int>(p.kv_heads), bi = static_cast<int>(blockIdx.x) / kvh;
+  // blockIdx.x = (entry x kv head) x row_groups + row group: the row groups of one kv head are launched
+  // side by side, so that they read its K/V tiles at about the same time (once from HBM, then from L2).
+  const int eh = row_groups == 1 ? static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x) / row_groups;
+  const int rg = static_cast<int>(blockIdx.x) - eh * row_groups;
+  const int kvh = static_cast<int>(p.kv_heads), bi = eh / kvh;
   const int64_t Tq = p.q_len, G = static_cast<int>(p.q_heads) / kvh, R = G * Tq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int mt = MT == 1 ? 0 : warp % MT, slice = MT == 1 ? warp : warp / MT;  // the warp's M-tile, key slice
-  const int64_t b = bi, hk = static_cast<int>(blockIdx.x) - bi * kvh;
+  const int64_t b = bi, hk = eh - bi * kvh;
   const int64_t split = blockIdx.y;
 
   wait_for_previous_grid();
@@ -246,13 +252,16 @@ __global__ void __launch_bounds__(WARPS * 32)
   // zeros for rows that are not live; then the first STAGES - 1 tiles, in flight while the rows are
   // read into registers. One commit group per tile slot, empty past the last tile, so that wait_group
   // counts stay the same.
-  const int tq = static_cast<int>(Tq), rows = static_cast<int>(R);
+  // This block's rows: rows row0 .. row0 + rows - 1 of the kv head's R (row r: head hk * G + r / Tq,
+  // token r % Tq); below, `row` counts from row0.
+  const int tq = static_cast<int>(Tq), row0 = rg * ROWS;
+  const int rows = static_cast<int>(R) - row0 < ROWS ? static_cast<int>(R) - row0 : ROWS;
   {
     const T* q = static_cast<const T*>(p.q);
 #pragma unroll
     for (int c = static_cast<int>(threadIdx.x); c < ROWS * CH; c += NTHR) {
       const int row = c / CH, qc = c % CH;
-      const int hg = row / tq, t = row - hg * tq;
+      const int hg = (row0 + row) / tq, t = row0 + row - hg * tq;
       const bool live = row < rows && t < e.q_count;
       const int64_t at = live ? (p.cu_seqlens_q ? (e.q_begin + t) * p.q_stride[1] : b * p.q_stride[0] + t * p.q_stride[1]) +
                                     (hk * G + hg) * p.q_stride[2] + qc * 8
@@ -270,7 +279,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int row = m0 + r0 + 8 * i;
-    const int hg = row / tq, t = row - hg * tq;
+    const int hg = (row0 + row) / tq, t = row0 + row - hg * tq;
     const bool live = row < rows && t < e.q_count;
     vis_end[i] = live ? (e.past + t + 1 < s_hi ? e.past + t + 1 : s_hi) : s_lo;
   }
@@ -416,7 +425,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
   }
   __syncthreads();
-  finish_block<T, D, NTHR>(p, e, b, hk, rows, split, splits.n, ws, cluster, BlockRows{st_m, st_l, sm_o, D});
+  finish_block<T, D, NTHR>(p, e, b, hk, rows, split, splits.n, ws, cluster, BlockRows{st_m, st_l, sm_o, D, row0});
 }
 
 }  // namespace decode_cuda

@@ -7,6 +7,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+
 #include "decode_attention_launch_cuda.cuh"
 #include "decode_attention_mma_cuda.cuh"
 #include "decode_attention_mma_launch_cuda.cuh"
@@ -88,7 +90,13 @@ MmaFacts mma_facts(ScalarType dtype, int warps, int tiles) {
 template <int D>
 Status mma_launch(const DecodeAttentionParams& p, const decode_plan::Plan& plan, const SplitCount& splits,
                   const Workspace& ws, cudaStream_t stream) {
-  const unsigned entries = static_cast<unsigned>(p.batch * p.kv_heads), grid_y = static_cast<unsigned>(plan.splits);
+  // Row groups side by side in x (decode_attention_mma_kernel): at most 8 per kv head.
+  const int64_t blocks_x = p.batch * p.kv_heads * plan.row_groups;
+  if (blocks_x > INT32_MAX) {
+    return Status(Code::kUnsupported, "decode_attention_cuda: batch * kv_heads * row groups exceeds the grid limit");
+  }
+  const unsigned entries = static_cast<unsigned>(blocks_x), grid_y = static_cast<unsigned>(plan.splits);
+  const int row_groups = static_cast<int>(plan.row_groups);
   return with_mma_instance<D>(
       p.dtype, plan.mma_warps, plan.mma_tiles,
       [&](auto inst) {
@@ -96,7 +104,7 @@ Status mma_launch(const DecodeAttentionParams& p, const decode_plan::Plan& plan,
         I::facts();  // the shared-memory opt-in, where planning did not ask (a plan made elsewhere)
         return launch_kernel(I::kernel, dim3(entries, grid_y, 1), plan.mma_warps * 32,
                              plan.mma_sm_exclusive ? I::sm_exclusive() : I::smem, plan.cluster ? grid_y : 1,
-                             plan.programmatic, stream, p, splits, ws, plan.cluster);
+                             plan.programmatic, stream, p, splits, ws, plan.cluster, row_groups);
       },
       [&] {
         return Status(Code::kInvalidArgument, "decode_attention_cuda: no tensor-core kernel for head_dim " +

@@ -34,8 +34,9 @@ struct MmaFacts {
 template <int D>
 MmaFacts mma_facts(ScalarType dtype, int warps, int tiles);
 
-// Queues the instance of `plan` (its warps and M-tiles) on grid (entries, splits): clusters of the splits
-// where planned, one block an SM kept so by its shared memory where planned (Plan::mma_sm_exclusive).
+// Queues the instance of `plan` (its warps and M-tiles) on grid (entries x row groups, splits): clusters of
+// the splits where planned, one block an SM kept so by its shared memory where planned
+// (Plan::mma_sm_exclusive).
 template <int D>
 Status mma_launch(const DecodeAttentionParams& p, const decode_plan::Plan& plan, const SplitCount& splits,
                   const Workspace& ws, cudaStream_t stream);

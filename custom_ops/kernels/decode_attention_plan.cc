@@ -92,10 +92,10 @@ void balance_splits(const DecodeAttentionParams& p, Plan* plan, int resident, in
 // scheduler and halve the instructions each warp issues per key: what a short block pays for.
 constexpr int64_t kEightWarpsMaxKeys = 2048;  // keys of one split
 
-// Whether the tensor-core kernel's grid (one block per entry, kv head and split) has no more blocks than
-// SMs, so that each block can have an SM to itself.
+// Whether the tensor-core kernel's grid (one block per entry, kv head, row group and split) has no more
+// blocks than SMs, so that each block can have an SM to itself.
 bool mma_one_block_an_sm(const DecodeAttentionParams& p, const Plan& plan) {
-  return p.batch * p.kv_heads * plan.splits <= plan.sms;
+  return p.batch * p.kv_heads * plan.row_groups * plan.splits <= plan.sms;
 }
 
 // Several M-tiles: always 8 warps (the only instances: each warp one M-tile of one key slice).
@@ -134,6 +134,61 @@ void plan_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, const i
   }
   plan->cluster = plan->splits > 1 && plan->splits <= limit && p.kv_len <= kClusterMaxKeys &&
                   clusters * plan->splits <= plan->sms && clusters_fit(clusters, plan->splits, max_clusters);
+}
+
+// M-tiles of 16 rows per tensor-core block for R query rows per kv head; the kv head's rows are spread
+// over ceil(R / (16 x tiles)) row groups, each a block that reads the same K/V (once from HBM, the other
+// row groups from L2: they are launched side by side). All rows in one block (up to 8 M-tiles) made MQA
+// 1.4-3.0x slower than the best SDPA backend on the H200 (family table, docs/H200_DECODE_PARITY.md):
+// with 8 warps over 8 (4) M-tiles a K/V tile holds 16 (32) keys, so a block pays a barrier, a wait and
+// a softmax chain every 16 keys, and 71 rows (Falcon) leave 3 of 8 warps idle and 45% of the MMAs on
+// padding; and with few (entry, kv head) pairs the block count comes from the splits alone.
+// One M-tile a block (R / 16 times the blocks, the GQA kernel's 128-key tiles) where its plan gets 8 warps
+// (every block an SM, splits of at most kEightWarpsMaxKeys) or where its row groups are two or more an
+// SM; otherwise two (fewer L2 re-reads, and 8 warps where one M-tile would get 4 warps alone on an SM).
+// H200, per-slot fp16 (run of 2026-12-02 02:31 UTC, one against two M-tiles): Falcon 71/1 B=1 S=8k
+// 11.2 against 13.7 us, B=64 S=8k (320 row groups) 126.7 against 167.4; MQA 32/1 B=16 S=32k, where one
+// M-tile plans 4 warps, 122.4 against 86.7; StarCoder 48/1 B=16 S=8k 68.5 against 50.7.
+int choose_row_tiles(const DecodeAttentionParams& p, int64_t R, int64_t entries, int64_t sms) {
+  const DecodeOptions& o = options_of(p);
+  const int need = mma_tiles_for(R);
+  if (o.mma_row_tiles > 0) return std::min(o.mma_row_tiles, need);
+  if (need == 1) return 1;
+  if (o.split_keys > 0) return 2;  // batch-invariant: fixed by the rows alone (the usual choice past one wave)
+  const int64_t base = entries * ((R + kMmaMaxRows - 1) / kMmaMaxRows);  // blocks a split with one M-tile
+  if (base >= 2 * sms) return 1;
+  const int64_t n = choose_splits(base, p.kv_len, sms * std::max(1, o.mma_blocks_per_sm), o.splits);
+  const int64_t keys = (p.kv_len + n - 1) / n;
+  return base * ((p.kv_len + keys - 1) / keys) <= sms && keys <= kEightWarpsMaxKeys ? 1 : 2;
+}
+
+// Short contexts on a small grid: the splits of each (entry, kv head, row group) as one full cluster of
+// `limit` blocks of at least kFullClusterMinKeys keys each, rather than fewer, longer splits
+// (kMinKeysPerSplit stops B=1 S=512 at 4 splits of 128 keys) or more, shorter ones merged by the second
+// kernel (16 at S=2k). H200, per-slot fp16, B=1 (run of 2026-12-02 02:31 UTC): S=512 (576 keys), 8
+// splits in a cluster against 4: Gemma 8/1 8.32 against 10.94 us, StarCoder 7.74 against 8.75, MQA 32/1
+// 7.78 against 8.77, Falcon 5.50 against 5.85; Falcon S=2k (2112 keys), 8 in a cluster 6.26 against 16
+// merged by the kernel 8.12. Measured up to 2112 keys: only there (kFullClusterMaxKeys).
+constexpr int64_t kFullClusterMinKeys = 64, kFullClusterMaxKeys = 2304;
+void fill_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, const int* max_clusters) {
+  const int64_t clusters = p.batch * p.kv_heads * plan->row_groups;
+  if (limit < 2 || options_of(p).splits > 0 || p.kv_len > kFullClusterMaxKeys ||
+      p.kv_len < limit * kFullClusterMinKeys || clusters * limit > plan->sms ||
+      !clusters_fit(clusters, limit, max_clusters)) {
+    return;
+  }
+  set_splits(p, plan, limit);
+}
+
+// Row groups of two M-tiles whose 8-warp instance fits two blocks an SM (head_dim 64 on the H200; 80-256
+// fit one): splits for two blocks an SM, not one. Such a plan is long (choose_row_tiles takes two M-tiles
+// where one would not get 8 warps), and one 8-warp block an SM leaves it latency-bound: Falcon 71/1 B=16
+// S=32k (96 blocks) under Nsight Compute issued 0.41 instructions a cycle per scheduler, 2 warps each,
+// DRAM 14% busy. H200, per-slot fp16 (run of 2026-12-02 02:38 UTC), one against two blocks an SM: B=16
+// S=8k 61.9 against 45.8 us, S=32k 213.2 against 141.5, B=4 S=32k 46.9 against 42.7; at head_dim 128
+// (one block an SM: a second wave) two were 5-50% slower.
+bool two_row_tiles_per_sm(const Plan& plan, const KernelOccupancy& occ) {
+  return plan.row_groups > 1 && plan.mma_tiles == 2 && occ.mma_resident[1] >= 2;
 }
 
 // DecodeOptions::split_keys: the split boundaries, the warps and the merge fixed by the options and the
@@ -181,11 +236,14 @@ Status check_options(const DecodeOptions& o) {
                       std::to_string(kSplitKeysUnit) + " and cannot be combined with splits; got split_keys " +
                       std::to_string(o.split_keys) + ", splits " + std::to_string(o.splits));
   }
-  if (o.splits < 0 || (o.mma_warps != 0 && o.mma_warps != 4 && o.mma_warps != 8) || o.mma_blocks_per_sm < 1) {
+  const int t = o.mma_row_tiles;
+  if (o.splits < 0 || (o.mma_warps != 0 && o.mma_warps != 4 && o.mma_warps != 8) || o.mma_blocks_per_sm < 1 ||
+      (t != 0 && t != 1 && t != 2 && t != 4 && t != 8)) {
     return Status(Code::kInvalidArgument,
-                  "decode_attention_cuda: options need splits >= 0, mma_warps 0, 4 or 8 and mma_blocks_per_sm >= 1; "
-                  "got splits " + std::to_string(o.splits) + ", mma_warps " + std::to_string(o.mma_warps) +
-                      ", mma_blocks_per_sm " + std::to_string(o.mma_blocks_per_sm));
+                  "decode_attention_cuda: options need splits >= 0, mma_warps 0, 4 or 8, mma_blocks_per_sm >= 1 and "
+                  "mma_row_tiles 0, 1, 2, 4 or 8; got splits " + std::to_string(o.splits) + ", mma_warps " +
+                      std::to_string(o.mma_warps) + ", mma_blocks_per_sm " + std::to_string(o.mma_blocks_per_sm) +
+                      ", mma_row_tiles " + std::to_string(t));
   }
   return Status::Ok();
 }
@@ -219,10 +277,10 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
   }
   // Several rows per kv head (GQA, Tq > 1), unmasked: for 16-bit caches with up to 128 rows per kv head
   // and head_dim 64, 80, 96, 128 or 256, all rows of a kv head on tensor cores (decode_attention_mma_cuda.cuh:
-  // 16-row M-tiles, as many as the rows need; it copies q rows in 16-byte chunks too: contiguous head dim,
-  // 16-byte aligned rows); otherwise, for a key of 8/16/32 chunks of 16 bytes, the shared-memory kernel
-  // (decode_attention_rows_cuda.cuh), one row per warp. Options no_mma keeps the row-per-warp kernel and
-  // mma_mha takes the tensor-core kernel for every unmasked one-row case.
+  // 16-row M-tiles, 1-8 a block, more blocks for the rest: choose_row_tiles; it copies q rows in 16-byte
+  // chunks too: contiguous head dim, 16-byte aligned rows); otherwise, for a key of 8/16/32 chunks of 16
+  // bytes, the shared-memory kernel (decode_attention_rows_cuda.cuh), one row per warp. Options no_mma keeps
+  // the row-per-warp kernel and mma_mha takes the tensor-core kernel for every unmasked one-row case.
   // One row per kv head (MHA decode) takes the tensor-core kernel where it covers every (entry, kv
   // head) in one wave of its two resident blocks per SM without splitting, and the context is short:
   // on the H200, B=8 S=1k 35.9 against 37.2 us for the one-row kernel, which splits in two and merges;
@@ -241,7 +299,7 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
     plan.mma_kernel = mma;
     plan.lanes = static_cast<int>(key_chunks);
     plan.chunks = 1;
-    plan.mma_tiles = mma ? mma_tiles_for(R) : 1;
+    plan.mma_tiles = mma ? choose_row_tiles(p, R, entries, plan.sms) : 1;
     plan.rows = mma ? kMmaMaxRows * plan.mma_tiles : kWarps;
   }
   plan.row_groups = (R + plan.rows - 1) / plan.rows;
@@ -256,7 +314,12 @@ Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupanc
     // One block per SM, not the 2 resident ones of the 4-warp kernel: on the H200 (GQA 32/8, fp16)
     // that was as fast or faster on all 12 shapes of B x S, up to 9% (B = 1, S = 16k); fewer, longer
     // blocks keep their tile pipeline full and leave half the partials to merge.
-    plan_splits(p, plan, std::max(1, o.mma_blocks_per_sm));
+    const bool two = o.mma_blocks_per_sm == 1 && two_row_tiles_per_sm(*plan, occupancy);  // 1: the default
+    plan_splits(p, plan, two ? 2 : std::max(1, o.mma_blocks_per_sm));
+    if (!o.no_cluster) {  // the cluster limit of the 8-warp instance where it runs here (it then gets 8 warps)
+      const int cw = occupancy.mma_resident[1] > 0 ? 1 : 0;
+      fill_cluster(p, plan, occupancy.mma_cluster_limit[cw], occupancy.mma_max_clusters[cw]);
+    }
     plan->mma_warps = choose_mma_warps(p, *plan, occupancy);
     const int w = plan->mma_warps == 8 ? 1 : 0;
     if (occupancy.mma_resident[w] == 0) {

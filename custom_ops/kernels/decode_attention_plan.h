@@ -113,15 +113,16 @@ struct Plan {
   int lanes = 32;        // LANES: lanes per key (power of two, 8..32)
   int chunks = 1;        // CPL: chunks per lane
   int rows = 1;          // ROWS: query rows per block
-  int64_t row_groups = 1;
+  int64_t row_groups = 1;      // blocks that share the query rows of one (entry, kv head)
   int64_t splits = 1;
   int64_t keys_per_split = 0;  // of a bound-long entry: a host estimate (the kernels use split_range)
   int64_t split_keys = 0;      // > 0: every split exactly this many keys from key 0 (DecodeOptions::split_keys)
   int64_t rows_total = 0;      // B * Hq * Tq: rows of the workspace
   bool rows_kernel = false;    // decode_attention_rows_kernel: K/V tiles in shared memory, a row per warp
-  bool mma_kernel = false;     // decode_attention_mma_kernel: all rows of a kv head on tensor cores
+  bool mma_kernel = false;     // decode_attention_mma_kernel: the rows of a kv head on tensor cores
   int mma_warps = 4;           // ... with blocks of this many warps (4 or 8)
-  int mma_tiles = 1;           // ... and this many M-tiles of 16 rows (1, 2, 4, 8): rows = 16 x mma_tiles
+  int mma_tiles = 1;           // ... and this many M-tiles of 16 rows (1, 2, 4, 8): rows = 16 x mma_tiles a
+                               // block, row_groups = ceil(rows per kv head / rows) blocks a kv head
   bool mma_sm_exclusive = false;  // ... and no more blocks than SMs: launched with the shared memory
                                   // that keeps one block an SM (sm_exclusive_smem in the launcher)
   bool cluster = false;        // the splits of a row group are one thread-block cluster: merged in the

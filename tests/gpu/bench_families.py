@@ -3,9 +3,9 @@ backend in one process, each call reading K/V that are not in L2, GPU time from 
 
 Families (q heads / kv heads, head_dim): Llama-2-7B 32/32 128, Llama-3-8B 32/8 128, Llama-3-70B 64/8
 128, Qwen2-7B 28/4 128, Gemma 8/1 256, Falcon-7B 71/1 64, StarCoder 48/1 128, Phi-3 32/32 96, a 16/16
-head_dim-64 model. B in {1, 4, 16, 64}, S in {512, 2k, 8k, 32k} where K+V fit --max-gib (per copy; the
-contenders hold three layouts of it), fp16 and bf16; then speculative verify, Tq 2-8 new tokens a
-sequence, for Llama-3-8B and Qwen2-7B.
+head_dim-64 model, an MQA 32/1 128 model. B in {1, 4, 16, 64}, S in {512, 2k, 8k, 32k} where K+V fit
+--max-gib (per copy; the contenders hold three layouts of it), fp16 and bf16; then speculative verify, Tq
+2-8 new tokens a sequence, for Llama-3-8B and Qwen2-7B.
   sdpa_<backend>  F.scaled_dot_product_attention on contiguous [B, H, S, D] (cudnn, flash, efficient;
                   enable_gqa where Hq != Hkv). Speculative rows: no mask (every query sees every key: the
                   same bytes, at most 8 of >= 2k keys more work); a backend that refuses a shape is noted.
@@ -21,7 +21,7 @@ copy (read + write) in the same process. Outputs are checked against an fp32 ref
 bottom-right causal for speculative rows) on the first copy, where K/V repeated per query head stay
 under 1 GiB.
 Usage: python3 tests/gpu/bench_families.py OUT.json [--quick] [--reps N] [--max-gib G] [--dtypes fp16,bf16]
-       [--only NAME,...] [--budget-s SECONDS] [--variants]
+       [--only NAME,...] [--budget-s SECONDS] [--variants [NAME,...]]
 """
 import json
 import sys
@@ -38,7 +38,7 @@ from bench_attention import (Rotation, best_replay, capture_rotating, copy_rate,
 
 FAMILIES = (("llama2_7b", 32, 32, 128), ("llama3_8b", 32, 8, 128), ("llama3_70b", 64, 8, 128),
             ("qwen2_7b", 28, 4, 128), ("gemma", 8, 1, 256), ("falcon_7b", 71, 1, 64), ("starcoder", 48, 1, 128),
-            ("phi3", 32, 32, 96), ("mha16_d64", 16, 16, 64))
+            ("phi3", 32, 32, 96), ("mha16_d64", 16, 16, 64), ("mqa32", 32, 1, 128))
 BACKENDS = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
             ("efficient", SDPBackend.EFFICIENT_ATTENTION))
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -47,13 +47,14 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 def shapes():
     """(family, Hq, Hkv, D, B, S, Tq): the families the tensor-core kernel's new paths serve first (MQA,
     head_dim 256, a group of 7), then the speculative rows, then the rest (a time budget cuts the end)."""
-    order = ("falcon_7b", "starcoder", "gemma", "qwen2_7b", "llama3_8b", "llama3_70b", "llama2_7b", "phi3", "mha16_d64")
+    order = ("falcon_7b", "starcoder", "mqa32", "gemma", "qwen2_7b", "llama3_8b", "llama3_70b", "llama2_7b", "phi3",
+             "mha16_d64")
     fams = sorted(FAMILIES, key=lambda f: order.index(f[0]))
     for i, (name, hq, hkv, d) in enumerate(fams):
         for B in (1, 4, 16, 64):
             for S in (512, 2048, 8192, 32768):
                 yield name, hq, hkv, d, B, S, 1
-        if i == 4:  # after Llama-3-8B: speculative verify for it and Qwen2-7B
+        if i == 5:  # after Llama-3-8B: speculative verify for it and Qwen2-7B
             for sname, shq, shkv, sd in (f for f in FAMILIES if f[0] in ("llama3_8b", "qwen2_7b")):
                 for B, S in ((4, 2048), (16, 8192)):
                     for tq in (2, 4, 8):
@@ -62,8 +63,13 @@ def shapes():
 
 # Per-slot variants timed next to the default plan where their plan differs, with --variants (what a
 # change of the planner is argued from): the merge kernel instead of a cluster, the row-per-warp kernel
-# instead of tensor cores.
-VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}))
+# instead of tensor cores, and the tensor-core kernel's rows of a kv head in blocks of at most 1, 2 or 8
+# M-tiles (_rt8: all in one block, the plan before row groups), 4, 8 or 16 splits forced (short calls),
+# splits that fill two tensor-core blocks an SM (_b2).
+# --variants NAME,... times only those.
+VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt1", {"mma_row_tiles": 1}),
+            ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s4", {"splits": 4}),
+            ("_s8", {"splits": 8}), ("_s16", {"splits": 16}), ("_b2", {"mma_blocks_per_sm": 2}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
 
@@ -103,7 +109,8 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants=()):
         with knob_set(ext, **opts):
             for lay in ("slot",) if name else ("seq", "slot"):
                 pl = ext.plan(*args[lay])
-                plans[lay + name] = (f"{pl['kernel']} t{pl['mma_tiles']} w{pl['mma_warps']} s{pl['splits']}"
+                groups = f"x{pl['row_groups']}" if pl["row_groups"] > 1 else ""
+                plans[lay + name] = (f"{pl['kernel']} t{pl['mma_tiles']}{groups} w{pl['mma_warps']} s{pl['splits']}"
                                      + (" cl" if pl["cluster"] else ""))
                 ws_bytes = max(ws_bytes, ext.workspace_bytes(*args[lay]))
     for key, text in plans.items():
@@ -149,6 +156,9 @@ def main():
     budget_s = float(arg("--budget-s", 1e9))
     dts = [DTYPES[x] for x in arg("--dtypes", "fp16,bf16").split(",")]
     only = set(arg("--only", "").split(",")) - {""}
+    # --variants alone: all of them; --variants NAME,... (no leading dash): those
+    after = sys.argv[sys.argv.index("--variants") + 1:] if "--variants" in sys.argv else []
+    picked = set(after[0].split(",")) if after and not after[0].startswith("-") else set()
     ext = build.load()
     torch.manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -168,7 +178,8 @@ def main():
             if kv_bytes > max_gib * 2**30 or time.time() - t0 > budget_s:
                 skipped.append([fam, str(dt), B, S, tq])
                 continue
-            variants = VARIANTS if "--variants" in sys.argv else ()
+            variants = tuple(x for x in VARIANTS if not picked or x[0][1:] in picked) \
+                if "--variants" in sys.argv else ()
             r = row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants)
             rows.append(r)
             print(json.dumps(r), flush=True)

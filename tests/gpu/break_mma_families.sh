@@ -5,6 +5,8 @@
 #   d256      the query fragments read from shared memory (head_dim 256) repeat the even k16 step
 #   chunks    the chunk-by-chunk tile loader (head_dim 80 and 96; 64 with 8 M-tiles) loads every key's
 #             last chunk from its first
+#   row groups  a block's rows are written as the kv head's first rows (finish_block ignores the row
+#             group's first row): every row group but the first writes nothing of its own
 # Usage: bash tests/gpu/break_mma_families.sh BUILD_DIR [cmake args...]; then
 #        BUILD_DIR/test_decode_attention --families-only (expected: every case fails, none passes).
 set -euo pipefail
@@ -13,15 +15,16 @@ build=$1; shift
 src=$build/src
 rm -rf "$src" && mkdir -p "$src/tests" && cp -r custom_ops "$src/" && cp -r tests/native "$src/tests/"
 k=$src/custom_ops/kernels/decode_attention_mma_cuda.cuh
-edit() {  # edit FROM TO: exactly one line must change
-  local n
-  n=$(grep -cF -- "$1" "$k" || true)
+edit() {  # edit FROM TO [FILE]: exactly one line of FILE (default: the tensor-core kernel's) must change
+  local n f=${3:-$k}
+  n=$(grep -cF -- "$1" "$f" || true)
   [ "$n" = 1 ] || { echo "break_mma_families: '$1' found $n times" >&2; exit 1; }
-  FROM=$1 TO=$2 python3 -c 'import os, sys; p = sys.argv[1]; s = open(p).read(); open(p, "w").write(s.replace(os.environ["FROM"], os.environ["TO"]))' "$k"
+  FROM=$1 TO=$2 python3 -c 'import os, sys; p = sys.argv[1]; s = open(p).read(); open(p, "w").write(s.replace(os.environ["FROM"], os.environ["TO"]))' "$f"
 }
 edit 'const int w = tile + j * MT;' 'const int w = j * MT;'
 edit 'q_frag(qf, kp + 1);' 'q_frag(qf, kp);'
 edit 'ok ? kb + s * ks0 + cc * 8 : kb, ok);' 'ok ? kb + s * ks0 + (cc == CH - 1 ? 0 : cc) * 8 : kb, ok);'
+edit 'const int hg = (st.row0 + r) / tq;' 'const int hg = r / tq;' "$src/custom_ops/kernels/decode_attention_merge_cuda.cuh"
 cmake -S "$src/tests/native" -B "$build" -DPVT_WITH_CUDA=ON -G Ninja "$@" > "$build.cmake.log"
 cmake --build "$build" --target test_decode_attention >> "$build.cmake.log"
 echo "broken copy built: $build/test_decode_attention --families-only"

@@ -23,7 +23,9 @@ steps), the best of 3 rounds (1 with --quick, N with --rounds N) that run every 
 median step and median host launch time are kept too); peak memory = PyTorch's peak allocated above the
 weights + our mapped bytes (the highest of the rounds). --only B,ctx runs that one row.
 Usage: python3 tests/gpu/llama_loop.py OUT.json [--kv-heads 32|8|1] [--head-dim 128|256] [--quick] [--rounds N]
-       [--only B,ctx] [--cache-dtype float8_e4m3fn|int8]
+       [--only B,ctx] [--cache-dtype float8_e4m3fn|int8] [--row-tiles 1|2|4|8]
+--row-tiles: our attention with at most that many M-tiles a tensor-core block (DecodeOptions::mma_row_tiles;
+8: all query rows of a kv head in one block, the plan before row groups), for every mode of ours.
 """
 import json
 import sys
@@ -278,7 +280,8 @@ def main():
     only = tuple(int(x) for x in sys.argv[sys.argv.index("--only") + 1].split(",")) if "--only" in sys.argv else None
     cache_dtype = sys.argv[sys.argv.index("--cache-dtype") + 1] if "--cache-dtype" in sys.argv else None
     modes = ("cat", "static", "ours", "ours_graph", "ours_graph_nopdl") + (("ours_q",) if cache_dtype else ())
-    with torch.no_grad():
+    knobs = {"mma_row_tiles": int(sys.argv[sys.argv.index("--row-tiles") + 1])} if "--row-tiles" in sys.argv else {}
+    with torch.no_grad(), knob_set(ext, **knobs):
         for B in ((8,) if quick else (1, 8, 32)):
             for ctx in ((4096,) if quick else (1024, 4096, 16384)):
                 if B * ctx * L * 2 * kvh * D * 2 > 40 * 2**30:
@@ -299,8 +302,9 @@ def main():
                             key = f"{mode}_{name}" if name else mode
                             try:
                                 if mode == "ours_graph_nopdl":  # the knob is read as the graph is captured
-                                    with knob_set(ext, no_pdl=True):
+                                    with knob_set(ext, no_pdl=True, **knobs):
                                         ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, "ours_graph", steps)
+                                    ext.set_decode_options(**knobs)  # knob_set's exit restored the defaults
                                 elif be is None:
                                     ms, peak, y, host_ms = run(ext, W, kvh, B, ctx, mode, steps, cache_dtype)
                                 else:
@@ -343,7 +347,7 @@ def main():
                 print(json.dumps(r), flush=True)
     with open(out_path, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "q_heads": H, "kv_heads": kvh,
-                   "head_dim": D,
+                   "head_dim": D, "knobs": knobs,
                    "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "rows": rows}, f, indent=1)
 
 

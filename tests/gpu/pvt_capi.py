@@ -79,8 +79,9 @@ class CApi:
         strides = _arr(_I64, [*q.stride(), *k.stride(), *v.stride(), *out.stride()])
         return dims, ptrs, strides
 
-    _OPTIONS = ("splits", "no_mma", "mma_mha", "mma_warps", "no_pdl", "no_cluster", "mma_blocks_per_sm", "split_keys")
-    _OPTION_DEFAULTS = (0, 0, 0, 0, 0, 0, 1, 0)
+    _OPTIONS = ("splits", "no_mma", "mma_mha", "mma_warps", "no_pdl", "no_cluster", "mma_blocks_per_sm", "split_keys",
+                "mma_row_tiles")
+    _OPTION_DEFAULTS = (0, 0, 0, 0, 0, 0, 1, 0, 0)
 
     def set_decode_options(self, **options):
         """pvt_torch's set_decode_options: the DecodeOptions every later plan uses (none: the defaults)."""

@@ -52,7 +52,7 @@ void* stream() { return at::cuda::getCurrentCUDAStream().stream(); }
 pvt::DecodeOptions g_options;
 
 void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_warps, bool no_pdl, bool no_cluster,
-                        int64_t mma_blocks_per_sm, int64_t split_keys) {
+                        int64_t mma_blocks_per_sm, int64_t mma_row_tiles, int64_t split_keys) {
   pvt::DecodeOptions o;
   o.splits = splits;
   o.no_mma = no_mma;
@@ -61,6 +61,7 @@ void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_w
   o.no_pdl = no_pdl;
   o.no_cluster = no_cluster;
   o.mma_blocks_per_sm = static_cast<int>(mma_blocks_per_sm);
+  o.mma_row_tiles = static_cast<int>(mma_row_tiles);
   o.split_keys = split_keys;
   check(pvt::decode_plan::check_options(o));
   g_options = o;
@@ -75,6 +76,7 @@ pybind11::dict decode_options() {
   d["no_pdl"] = g_options.no_pdl;
   d["no_cluster"] = g_options.no_cluster;
   d["mma_blocks_per_sm"] = g_options.mma_blocks_per_sm;
+  d["mma_row_tiles"] = g_options.mma_row_tiles;
   d["split_keys"] = g_options.split_keys;
   return d;
 }
@@ -180,6 +182,7 @@ pybind11::dict plan(const torch::Tensor& q, const torch::Tensor& k, const torch:
   pybind11::dict d;
   d["kernel"] = pl.mma_kernel ? "mma" : pl.rows_kernel ? "rows" : "one_row";
   d["mma_tiles"] = pl.mma_tiles;
+  d["row_groups"] = pl.row_groups;
   d["mma_warps"] = pl.mma_warps;
   d["splits"] = pl.splits;
   d["cluster"] = pl.cluster;
@@ -398,6 +401,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("no_mma") = defaults.no_mma, pybind11::arg("mma_mha") = defaults.mma_mha,
         pybind11::arg("mma_warps") = defaults.mma_warps, pybind11::arg("no_pdl") = defaults.no_pdl,
         pybind11::arg("no_cluster") = defaults.no_cluster, pybind11::arg("mma_blocks_per_sm") = defaults.mma_blocks_per_sm,
+        pybind11::arg("mma_row_tiles") = defaults.mma_row_tiles,
         pybind11::arg("split_keys") = defaults.split_keys);
   m.def("decode_options", &decode_options);
 }

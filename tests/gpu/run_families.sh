@@ -8,7 +8,7 @@
 # PREBUILT comes from tests/gpu/prebuild_families.sh; its source digest is compared with this tree's
 # (a mismatch is printed with the files that differ: the tests would check other kernels than the
 # extension measures).
-# Usage (repository root): [FULL_TEST_S=N] bash tests/gpu/run_families.sh PREBUILT [bench_families.py args...]
+# Usage (repository root): [FULL_TEST_S=N] [MEMCHECK_S=N (cut of the memcheck, default 600)] bash tests/gpu/run_families.sh PREBUILT [bench_families.py args...]
 set -uo pipefail
 O=${OUT:-/tmp/out}
 P=$1; shift
@@ -36,7 +36,7 @@ summary() {  # the log's failures (first 30), its last line
   grep -E "^PASS variant.mma|^PASS varlen.family" "$O/t.log" | grep -v "\.plan\|\.reference\|\.alloc\|\.upload\|\.launch\|\.sync" | head
   echo "family cases failing: $(grep -E '^FAIL' "$O/t.log" | grep -vc '\.plan')"; tail -1 "$O/t.log"
   echo "== memcheck test_decode_attention --families-only (start ${SECONDS}s)"
-  compute-sanitizer --tool memcheck "$P"/test_decode_attention --families-only 2>&1 | grep -E "ERROR SUMMARY|passed|^=+ .*(Invalid|Error)" | head -8
+  timeout "${MEMCHECK_S:-600}" compute-sanitizer --tool memcheck "$P"/test_decode_attention --families-only 2>&1 | grep -E "ERROR SUMMARY|passed|^=+ .*(Invalid|Error)" | head -8
   echo "== test_decode_attention --no-bench, cut at ${FULL_TEST_S:-600}s (start ${SECONDS}s)"
   timeout "${FULL_TEST_S:-600}" "$P"/test_decode_attention --no-bench > "$O/full_test.log" 2>&1; echo "rc=$?"
   summary "$O/full_test.log"; echo "passed: $(grep -c '^PASS' "$O/full_test.log"), failed: $(grep -c '^FAIL' "$O/full_test.log")"

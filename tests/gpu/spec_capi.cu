@@ -77,7 +77,8 @@ int64_t pvt_capi_mapped_bytes_total(int device) {
   return static_cast<int64_t>(pvt::memory_stats(pvt::Device::cuda(device)).mapped_bytes);
 }
 
-// ints: splits, no_mma, mma_mha, mma_warps, no_pdl, no_cluster, mma_blocks_per_sm, split_keys (pvt::DecodeOptions).
+// ints: splits, no_mma, mma_mha, mma_warps, no_pdl, no_cluster, mma_blocks_per_sm, split_keys, mma_row_tiles
+// (pvt::DecodeOptions).
 int pvt_capi_set_decode_options(const int64_t* ints) {
   pvt::DecodeOptions o;
   o.splits = ints[0];
@@ -88,6 +89,7 @@ int pvt_capi_set_decode_options(const int64_t* ints) {
   o.no_cluster = ints[5] != 0;
   o.mma_blocks_per_sm = static_cast<int>(ints[6]);
   o.split_keys = ints[7];
+  o.mma_row_tiles = static_cast<int>(ints[8]);
   const pvt::Status s = pvt::decode_plan::check_options(o);
   if (!s.ok()) return status(s);
   g_options = o;

@@ -6,8 +6,9 @@
 //   K/V, a K/V read straight from a SeqMajorCache (VM-mapped memory), the error statuses, and the
 //   split count's multiply-and-shift division (SplitCount). Each case runs in several passes (the plan,
 //   forced split counts and block sizes, and with its inputs written late by the kernel ahead: the
-//   programmatic launch's wait). The tensor-core kernel's families: 17-128 rows per kv head (2, 4, 8
-//   M-tiles) and head_dim 64, 80, 96, 128, 256, seq-major and per slot, each plan checked to be that kernel.
+//   programmatic launch's wait). The tensor-core kernel's families: 17-128 rows per kv head (row groups
+//   of 1 or 2 M-tiles as planned; 2, 4, 8 M-tiles a block forced) and head_dim 64, 80, 96, 128, 256,
+//   seq-major and per slot, each plan checked to be that kernel.
 //   Bandwidth: context {1k, 4k, 16k, 64k} x batch {1, 8}, 32 heads x 128 head_dim fp16, K/V in
 //   SeqMajorCaches; bytes of K+V read / kernel time, next to a device-to-device copy's bandwidth.
 // Usage: test_decode_attention [--no-bench | --bench-only | --families-only]. Prints PASS/FAIL lines, "info bench ..."
@@ -229,9 +230,9 @@ void run_case(Report& r, const Case& c, std::mt19937& rng, cudaStream_t stream) 
 
 const char* dname(ScalarType t) { return scalar_type_name(t); }
 
-// The plan of a seq-major case on this device takes the tensor-core kernel with `tiles` M-tiles (the
-// planner reads no memory: placeholder, 16-byte aligned pointers).
-void expect_mma_plan(Report& r, const Case& c, int tiles) {
+// The plan of a seq-major case on this device takes the tensor-core kernel with `tiles` M-tiles a block
+// and `groups` row groups a kv head (the planner reads no memory: placeholder, 16-byte aligned pointers).
+void expect_mma_plan(Report& r, const Case& c, int tiles, int64_t groups) {
   DecodeAttentionParams p;
   p.batch = c.B; p.q_len = c.Tq; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.S;
   p.dtype = c.dtype;
@@ -248,9 +249,10 @@ void expect_mma_plan(Report& r, const Case& c, int tiles) {
   std::copy(ks, ks + 4, p.v_stride);
   decode_plan::Plan plan;
   if (!r.ok(decode_attention_cuda_plan(p, &plan), c.name + ".plan")) return;
-  char why[96];
-  std::snprintf(why, sizeof(why), "mma_kernel %d, mma_tiles %d (want 1, %d)", plan.mma_kernel, plan.mma_tiles, tiles);
-  r.check(plan.mma_kernel && plan.mma_tiles == tiles, c.name + ".plan_is_mma", why);
+  char why[128];
+  std::snprintf(why, sizeof(why), "mma_kernel %d, mma_tiles %d, row_groups %lld (want 1, %d, %lld)", plan.mma_kernel,
+                plan.mma_tiles, static_cast<long long>(plan.row_groups), tiles, static_cast<long long>(groups));
+  r.check(plan.mma_kernel && plan.mma_tiles == tiles && plan.row_groups == groups, c.name + ".plan_is_mma", why);
 }
 
 void test_matrix(Report& r, std::mt19937& rng, cudaStream_t stream) {
@@ -320,32 +322,52 @@ void test_variants(Report& r, std::mt19937& rng, cudaStream_t stream) {
 
 void test_mma_families(Report& r, std::mt19937& rng, cudaStream_t stream) {
   const ScalarType f16 = ScalarType::kFloat16, bf16 = ScalarType::kBFloat16;
-  // The tensor-core kernel past 16 rows per kv head (2, 4 and 8 M-tiles: MQA, GQA x Tq) and at head_dim
-  // 80, 96 and 256; each case's plan is checked to be that kernel with those M-tiles.
-  struct MmaCase { Case c; int tiles; };
+  // The tensor-core kernel past 16 rows per kv head (MQA, GQA x Tq) and at head_dim 80, 96 and 256; each
+  // case's plan is checked to be that kernel with those M-tiles a block and row groups a kv head. The
+  // planner spreads a large group over row groups of one M-tile (few blocks) or two (a full grid:
+  // falcon71.b48); `force` sets DecodeOptions::mma_row_tiles, so the 2-, 4- and 8-M-tile blocks (all
+  // rows of a kv head in one block, or in fewer groups) stay checked.
+  struct MmaCase { Case c; int force, tiles; int64_t groups; };
   const std::vector<MmaCase> mma = {
-      {{"mma.gqa32_8.tiles1.fp16", 2, 1, 32, 8, 128, 1000, f16}, 1},  // the measured kernel of the tables
-      {{"mma.mqa32.tiles2.fp16", 2, 1, 32, 1, 128, 1500, f16}, 2},
-      {{"mma.d64.rows17.tiles2.fp16", 1, 1, 17, 1, 64, 333, f16}, 2},
-      {{"mma.starcoder48.tiles4.bf16", 2, 1, 48, 1, 128, 900, bf16}, 4},
-      {{"mma.gqa8_tq8.rows64.tiles4.bf16", 1, 8, 16, 2, 128, 600, bf16}, 4},
-      {{"mma.falcon71.d64.tiles8.bf16", 1, 1, 71, 1, 64, 700, bf16}, 8},
-      {{"mma.tq8.rows128.tiles8.fp16", 1, 8, 32, 2, 128, 400, f16}, 8},
-      {{"mma.tq3.rows99.tiles8.bf16", 1, 3, 33, 1, 128, 260, bf16}, 8},
-      {{"mma.gemma8.d256.bf16", 2, 1, 8, 1, 256, 2100, bf16}, 1},
-      {{"mma.d256.tq4.rows32.tiles2.fp16", 1, 4, 8, 1, 256, 800, f16}, 2},
-      {{"mma.d256.tq2.rows48.tiles4.bf16", 1, 2, 24, 1, 256, 500, bf16}, 4},
-      {{"mma.d256.tq4.rows128.tiles8.bf16", 1, 4, 64, 2, 256, 300, bf16}, 8},
-      {{"mma.d80.gqa8.fp16", 2, 1, 16, 2, 80, 1000, f16}, 1},
-      {{"mma.d80.tq5.rows40.tiles4.bf16", 1, 5, 16, 2, 80, 500, bf16}, 4},
-      {{"mma.d96.tq3.mha_rows3.bf16", 2, 3, 8, 8, 96, 700, bf16}, 1},
-      {{"mma.d96.mqa24.tiles2.fp16", 1, 1, 24, 1, 96, 2000, f16}, 2},
-      {{"mma.d96.rows128.tiles8.fp16", 1, 2, 64, 1, 96, 350, f16}, 8},
+      {{"mma.gqa32_8.tiles1.fp16", 2, 1, 32, 8, 128, 1000, f16}, 0, 1, 1},  // the measured kernel of the tables
+      {{"mma.mqa32.groups2.fp16", 2, 1, 32, 1, 128, 1500, f16}, 0, 1, 2},
+      {{"mma.mqa32.tiles2.fp16", 2, 1, 32, 1, 128, 1500, f16}, 8, 2, 1},
+      {{"mma.d64.rows17.groups2.fp16", 1, 1, 17, 1, 64, 333, f16}, 0, 1, 2},
+      {{"mma.d64.rows17.tiles2.fp16", 1, 1, 17, 1, 64, 333, f16}, 2, 2, 1},
+      {{"mma.starcoder48.groups3.bf16", 2, 1, 48, 1, 128, 900, bf16}, 0, 1, 3},
+      {{"mma.starcoder48.tiles4.bf16", 2, 1, 48, 1, 128, 900, bf16}, 4, 4, 1},
+      {{"mma.starcoder48.tiles2_groups2.fp16", 3, 1, 48, 1, 128, 700, f16}, 2, 2, 2},
+      {{"mma.gqa8_tq8.rows64.groups4.bf16", 1, 8, 16, 2, 128, 600, bf16}, 0, 1, 4},
+      {{"mma.gqa8_tq8.rows64.tiles4.bf16", 1, 8, 16, 2, 128, 600, bf16}, 8, 4, 1},
+      {{"mma.falcon71.d64.groups5.bf16", 1, 1, 71, 1, 64, 700, bf16}, 0, 1, 5},
+      {{"mma.falcon71.d64.tiles8.bf16", 1, 1, 71, 1, 64, 700, bf16}, 8, 8, 1},
+      {{"mma.falcon71.d64.b48.tiles2_groups3.fp16", 48, 1, 71, 1, 64, 300, f16}, 0, 2, 3},
+      {{"mma.tq8.rows128.groups8.fp16", 1, 8, 32, 2, 128, 400, f16}, 0, 1, 8},
+      {{"mma.tq8.rows128.tiles8.fp16", 1, 8, 32, 2, 128, 400, f16}, 8, 8, 1},
+      {{"mma.tq8.rows128.tiles4_groups2.bf16", 1, 8, 32, 2, 128, 400, bf16}, 4, 4, 2},
+      {{"mma.tq3.rows99.groups7.bf16", 1, 3, 33, 1, 128, 260, bf16}, 0, 1, 7},
+      {{"mma.tq3.rows99.tiles8.bf16", 1, 3, 33, 1, 128, 260, bf16}, 8, 8, 1},
+      {{"mma.gemma8.d256.bf16", 2, 1, 8, 1, 256, 2100, bf16}, 0, 1, 1},
+      {{"mma.d256.tq4.rows32.groups2.fp16", 1, 4, 8, 1, 256, 800, f16}, 0, 1, 2},
+      {{"mma.d256.tq4.rows32.tiles2.fp16", 1, 4, 8, 1, 256, 800, f16}, 2, 2, 1},
+      {{"mma.d256.tq2.rows48.groups3.bf16", 1, 2, 24, 1, 256, 500, bf16}, 0, 1, 3},
+      {{"mma.d256.tq2.rows48.tiles4.bf16", 1, 2, 24, 1, 256, 500, bf16}, 4, 4, 1},
+      {{"mma.d256.tq4.rows128.tiles8.bf16", 1, 4, 64, 2, 256, 300, bf16}, 8, 8, 1},
+      {{"mma.d80.gqa8.fp16", 2, 1, 16, 2, 80, 1000, f16}, 0, 1, 1},
+      {{"mma.d80.tq5.rows40.groups3.bf16", 1, 5, 16, 2, 80, 500, bf16}, 0, 1, 3},
+      {{"mma.d80.tq5.rows40.tiles4.bf16", 1, 5, 16, 2, 80, 500, bf16}, 4, 4, 1},
+      {{"mma.d96.tq3.mha_rows3.bf16", 2, 3, 8, 8, 96, 700, bf16}, 0, 1, 1},
+      {{"mma.d96.mqa24.groups2.fp16", 1, 1, 24, 1, 96, 2000, f16}, 0, 1, 2},
+      {{"mma.d96.mqa24.tiles2.fp16", 1, 1, 24, 1, 96, 2000, f16}, 2, 2, 1},
+      {{"mma.d96.rows128.tiles8.fp16", 1, 2, 64, 1, 96, 350, f16}, 8, 8, 1},
   };
+  const DecodeOptions pass = g_options;
   for (MmaCase m : mma) {
     m.c.name = g_mode + "variant." + m.c.name;
-    if (!g_options.no_mma) expect_mma_plan(r, m.c, m.tiles);
+    g_options.mma_row_tiles = m.force;
+    if (!g_options.no_mma) expect_mma_plan(r, m.c, m.tiles, m.groups);
     run_case(r, m.c, rng, stream);
+    g_options = pass;
   }
 }
 
@@ -364,6 +386,7 @@ struct VarlenCase {
   int64_t q_len, kv_len;          // host-known upper bounds
   std::vector<int32_t> mapped;    // kv_mapped per slot (empty: none given)
   bool slot_major = true;         // [slots, Smax, H, D] storage; false: seq-major [Smax, slots, H, D]
+  int row_tiles = 0;              // DecodeOptions::mma_row_tiles for this case (0: the plan's)
 };
 
 void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t stream) {
@@ -448,7 +471,9 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
 
   DecodeAttentionParams p;
   p.batch = B; p.q_len = c.q_len; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.kv_len;
-  p.options = &g_options;
+  DecodeOptions options = g_options;
+  if (c.row_tiles != 0) options.mma_row_tiles = c.row_tiles;
+  p.options = &options;
   p.dtype = c.dtype; p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
   const int64_t qs[4] = {c.q_len * c.Hq * c.D, c.Hq * c.D, c.D, 1};
   std::copy(qs, qs + 4, p.q_stride);
@@ -529,6 +554,12 @@ void test_varlen(Report& r, std::mt19937& rng, cudaStream_t stream) {
       {"family.packed.seq_major.d256.rows32.fp16", 2, 900, 8, 1, 256, f16, {}, {800, 50}, {4, 2}, 4, 900, {}, false},
       {"family.decode.slots.d80.bf16", 2, 800, 16, 2, 80, bf16, {}, {799, 5}, {1, 1}, 1, 800, {}, true},
       {"family.decode.slots.d96.mqa32.fp16", 2, 1000, 32, 1, 96, f16, {1, 0}, {600, 999}, {1, 1}, 1, 1000, {}, true},
+      // The same per slot with all rows of a kv head in one block (mma_row_tiles 8: the plan before row
+      // groups), and with two M-tiles a block (Falcon: groups of 32, 32 and 7 rows).
+      {"family.decode.slots.mqa32.tiles2.fp16", 3, 3000, 32, 1, 128, f16, {2, 0, 1}, {1500, 2998, 40}, {1, 1, 1}, 1, 3000, {}, true, 8},
+      {"family.decode.slots.falcon71.d64.tiles8.bf16", 2, 1200, 71, 1, 64, bf16, {}, {1199, 300}, {1, 1}, 1, 1200, {}, true, 8},
+      {"family.decode.slots.falcon71.d64.tiles2.fp16", 2, 1200, 71, 1, 64, f16, {1, 0}, {700, 1199}, {1, 1}, 1, 1200, {}, true, 2},
+      {"family.packed.spec_verify.rows64.tiles4.bf16", 3, 2048, 32, 4, 128, bf16, {}, {100, 2000, 700}, {8, 3, 5}, 8, 2048, {}, true, 8},
   };
   for (VarlenCase& c : cs) {
     if (g_families_only && c.name.find("family.") != 0) continue;

@@ -123,17 +123,40 @@ const Case kCases[] = {
     {"unaligned", 1, 1, 4096, 32, 32, 128, 1, 0, 0, 1, "", 0, {0, 1, 32, 8, 1, 1, 16, 256, 32, 0, 0, 4, 0, 1, 266240, 0}},
     {"fp32_gqa_tq2", 0, 4, 2048, 16, 4, 128, 2, 0, 0, 0, "", 0, {1, 4, 32, 1, 4, 2, 16, 128, 128, 1, 0, 4, 0, 1, 1064960, 0}},
     // Issue 32: more than 16 rows per kv head and head_dim 80/96/256 on the tensor-core kernel (M-tiles
-    // of 16 rows, 8 warps for two or more); MHA at 96 stays on the one-row kernel.
-    {"mqa32", 1, 8, 8192, 32, 1, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
-    {"mqa32_slot", 2, 8, 8192, 32, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
-    {"falcon71_d64", 2, 4, 2048, 71, 1, 64, 1, 0, 0, 0, "", 0, {1, 8, 8, 1, 128, 1, 16, 128, 284, 0, 1, 8, 0, 1, 1199616, 1}, 8},
-    {"starcoder48", 1, 16, 2048, 48, 1, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 8, 256, 768, 0, 1, 8, 1, 1, 0, 1}, 4},
+    // of 16 rows, 8 warps for two or more a block; a large group in row groups of one or two M-tiles, each
+    // next to its `_rt8` twin: all rows in one block, the plan before row groups); MHA at 96 stays on the
+    // one-row kernel.
+    {"mqa32", 1, 8, 8192, 32, 1, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 2, 8, 1024, 256, 0, 1, 8, 0, 1, 1064960, 1}, 1},
+    {"mqa32_rt8", 1, 8, 8192, 32, 1, 128, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
+    {"mqa32_slot", 2, 8, 8192, 32, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 2, 8, 1024, 256, 0, 1, 8, 0, 1, 1064960, 1}, 1},
+    {"mqa32_slot_rt8", 2, 8, 8192, 32, 1, 128, 1, 1, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
+    {"falcon71_d64", 2, 4, 2048, 71, 1, 64, 1, 0, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 6, 342, 284, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"falcon71_d64_rt8", 2, 4, 2048, 71, 1, 64, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 8, 1, 128, 1, 8, 256, 284, 0, 1, 8, 1, 1, 0, 1}, 8},
+    {"starcoder48", 1, 16, 2048, 48, 1, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 3, 2, 1024, 768, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"starcoder48_rt8", 1, 16, 2048, 48, 1, 128, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 64, 1, 8, 256, 768, 0, 1, 8, 1, 1, 0, 1}, 4},
     {"gemma_d256", 2, 4, 8192, 8, 1, 256, 1, 1, 0, 0, "", 0, {1, 8, 32, 1, 16, 1, 33, 249, 32, 0, 1, 4, 0, 1, 1089792, 1}, 1},
-    {"gemma_d256_warps8", 2, 1, 2048, 8, 1, 256, 1, 0, 0, 0, "mma_warps", 8, {1, 8, 32, 1, 16, 1, 16, 128, 8, 0, 1, 4, 0, 1, 132096, 1}, 1},
-    {"spec_gqa_tq8", 1, 4, 4096, 32, 8, 128, 8, 1, 0, 0, "", 0, {1, 8, 16, 1, 32, 1, 4, 1024, 1024, 0, 1, 8, 1, 1, 0, 1}, 2},
-    {"qwen2_tq8", 1, 1, 2048, 28, 4, 128, 8, 0, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 16, 128, 224, 0, 1, 8, 0, 1, 1863680, 1}, 4},
+    {"gemma_d256_warps8", 2, 1, 2048, 8, 1, 256, 1, 0, 0, 0, "mma_warps", 8, {1, 8, 32, 1, 16, 1, 8, 256, 8, 0, 1, 4, 1, 1, 0, 1}, 1},
+    {"spec_gqa_tq8", 1, 4, 4096, 32, 8, 128, 8, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 2, 2, 2048, 1024, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"spec_gqa_tq8_rt8", 1, 4, 4096, 32, 8, 128, 8, 1, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 32, 1, 4, 1024, 1024, 0, 1, 8, 1, 1, 0, 1}, 2},
+    {"qwen2_tq8", 1, 1, 2048, 28, 4, 128, 8, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 4, 8, 256, 224, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"qwen2_tq8_rt8", 1, 1, 2048, 28, 4, 128, 8, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 64, 1, 8, 256, 224, 0, 1, 8, 1, 1, 0, 1}, 4},
     {"d80_gqa", 1, 2, 4096, 16, 2, 80, 1, 0, 0, 0, "", 0, {1, 8, 10, 1, 16, 1, 32, 128, 32, 0, 1, 8, 0, 1, 335872, 1}, 1},
     {"phi3_d96_mha", 1, 1, 2048, 32, 32, 96, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 128, 32, 0, 0, 4, 0, 1, 200704, 0}, 1},
+    // Large groups spread over row groups (choose_row_tiles): one M-tile a block where every row group of
+    // every (entry, kv head) has an SM, else two; forced counts above what the rows need are capped.
+    {"falcon71_b1_s512", 1, 1, 512, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 8, 64, 71, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"falcon71_b64_s32k", 1, 64, 32768, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 1, 32768, 4544, 0, 1, 4, 0, 1, 0, 0}, 1},
+    {"starcoder48_b1_s512", 2, 1, 512, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 3, 8, 64, 48, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"gemma_tq4_d256", 1, 2, 8192, 8, 1, 256, 4, 1, 0, 0, "", 0, {1, 8, 32, 1, 16, 2, 33, 249, 64, 0, 1, 4, 0, 1, 2179584, 1}, 1},
+    {"mqa128_d80", 1, 4, 4096, 128, 1, 80, 1, 0, 0, 0, "", 0, {1, 8, 10, 1, 16, 8, 4, 1024, 512, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"mqa32_rt2", 1, 8, 8192, 32, 1, 128, 1, 0, 0, 0, "mma_row_tiles", 2, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
+    {"gqa_rt8_capped", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 16, 1, 16, 256, 32, 0, 1, 8, 0, 1, 266240, 1}, 1},
+    // Short contexts on a small grid: one full cluster of 8 splits (fill_cluster) up to 2304 keys, not
+    // past it, nor where 8 blocks a cluster exceed the SMs, nor with the splits forced.
+    {"gqa_b1_s2k_full_cluster", 1, 1, 2048, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 8, 256, 32, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"gqa_b1_s2400_no_fill", 1, 1, 2400, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 16, 150, 32, 0, 1, 8, 0, 1, 266240, 1}, 1},
+    {"gqa_b4_s512_no_fill", 1, 4, 512, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 4, 128, 128, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"gemma_b1_s512_splits4", 1, 1, 512, 8, 1, 256, 1, 1, 0, 0, "splits", 4, {1, 8, 32, 1, 16, 1, 4, 128, 8, 0, 1, 4, 1, 1, 0, 1}, 1},
 };
 
 DecodeOptions options_for(const Case& c) {
@@ -146,13 +169,15 @@ DecodeOptions options_for(const Case& c) {
   if (n == "no_pdl") o.no_pdl = c.value != 0;
   if (n == "no_cluster") o.no_cluster = c.value != 0;
   if (n == "mma_blocks_per_sm") o.mma_blocks_per_sm = static_cast<int>(c.value);
+  if (n == "mma_row_tiles") o.mma_row_tiles = static_cast<int>(c.value);
   if (n == "split_keys") o.split_keys = c.value;
   return o;
 }
 
 // Plan one case as the launcher does: kernel, then the occupancy of the instance it picked, then grid.
-// max_clusters: the device's answer for clusters of every size resident at once (-1: not known).
-Status plan_case(const Case& c, const DecodeOptions* options, Plan* plan, int max_clusters = -1) {
+// max_clusters: the device's answer for clusters of every size resident at once (-1: not known);
+// resident8: blocks an SM of the 8-warp tensor-core instance.
+Status plan_case(const Case& c, const DecodeOptions* options, Plan* plan, int max_clusters = -1, int resident8 = 1) {
   static int32_t lengths[64];  // never read by the planner: only whether the pointers are null
   DecodeAttentionParams p;
   p.batch = c.B; p.q_len = c.Tq; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.S;
@@ -177,7 +202,7 @@ Status plan_case(const Case& c, const DecodeOptions* options, Plan* plan, int ma
   KernelOccupancy occ;
   occ.resident = plan->rows_kernel ? 6 : 4;
   occ.mma_resident[0] = 2;
-  occ.mma_resident[1] = 1;
+  occ.mma_resident[1] = resident8;
   occ.mma_cluster_limit[0] = occ.mma_cluster_limit[1] = kMaxClusterSplits;
   for (int n = 2; n <= kMaxClusterSplits; ++n) occ.mma_max_clusters[0][n] = occ.mma_max_clusters[1][n] = max_clusters;
   return plan_grid(p, occ, plan);
@@ -242,6 +267,11 @@ void test_errors(Report& r) {
   o = DecodeOptions{};
   o.mma_blocks_per_sm = 0;
   r.code(check_options(o), Code::kInvalidArgument, "errors.mma_blocks_per_sm_0");
+  o = DecodeOptions{};
+  o.mma_row_tiles = 3;
+  r.code(check_options(o), Code::kInvalidArgument, "errors.mma_row_tiles_3");
+  o.mma_row_tiles = -1;
+  r.code(check_options(o), Code::kInvalidArgument, "errors.mma_row_tiles_negative");
   const Case& gqa = kCases[2];  // GQA B=1 S=1k: the tensor-core kernel
   DecodeAttentionParams p;
   Plan plan;
@@ -265,6 +295,27 @@ void test_cluster_fit(Report& r) {
     r.eq(plan.splits, int64_t{4}, n + ".splits");
     r.eq(plan.cluster, fit != 30, n + ".cluster");
     r.eq(plan.workspace_bytes, fit != 30 ? size_t{0} : size_t{4 * 128 * (128 + 2) * 4}, n + ".workspace_bytes");
+  }
+}
+
+// Row groups of two M-tiles whose 8-warp instance fits two blocks an SM (head_dim 64 on the H200) take
+// the splits of two blocks an SM: Falcon 71/1 B=16 S=8k per slot, 3 row groups of 32 rows, 5 splits
+// instead of 2; one M-tile (B=1) or one block an SM keep theirs; a forced blocks-an-SM count wins.
+void test_two_per_sm(Report& r) {
+  const Case falcon{"two_per_sm", 1, 16, 8256, 71, 1, 64, 1, 1, 0, 0, "", 0, {}, 1};
+  const Case falcon_b1{"two_per_sm_b1", 1, 1, 8256, 71, 1, 64, 1, 1, 0, 0, "", 0, {}, 1};
+  struct Want { const Case* c; int resident8, blocks_per_sm; int64_t tiles, groups, splits; };
+  for (const Want& w : {Want{&falcon, 2, 1, 2, 3, 5}, Want{&falcon, 1, 1, 2, 3, 2}, Want{&falcon, 2, 3, 2, 3, 8},
+                        Want{&falcon_b1, 2, 1, 1, 5, 26}}) {
+    const std::string n = std::string(w.c->name) + ".resident8_" + std::to_string(w.resident8) + ".blocks_per_sm_" +
+                          std::to_string(w.blocks_per_sm);
+    DecodeOptions o;
+    o.mma_blocks_per_sm = w.blocks_per_sm;
+    Plan plan;
+    if (!r.ok(plan_case(*w.c, &o, &plan, -1, w.resident8), n + ".plan")) continue;
+    r.eq(int64_t{plan.mma_tiles}, w.tiles, n + ".mma_tiles");
+    r.eq(plan.row_groups, w.groups, n + ".row_groups");
+    r.eq(plan.splits, w.splits, n + ".splits");
   }
 }
 
@@ -331,6 +382,7 @@ int main() {
   test_table(r);
   test_errors(r);
   test_cluster_fit(r);
+  test_two_per_sm(r);
   test_split_keys(r);
   return r.finish();
 }

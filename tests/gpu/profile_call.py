@@ -1,0 +1,34 @@
+"""One decode-attention shape called a few times, for a profiler to attach to (ncu --kernel-name ...):
+per-slot cache [B, S + 64, Hkv, D] with cache_seqlens (as bench_families.py's ours_slot), fp16, the plan
+printed first.
+Usage: python3 tests/gpu/profile_call.py HQ HKV D B S [--calls N] [--row-tiles 1|2|4|8]
+"""
+import sys
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import build  # noqa: E402
+from bench_attention import knob_set, per_slot  # noqa: E402
+
+
+def main():
+    hq, hkv, D, B, S = (int(x) for x in sys.argv[1:6])
+    calls = int(sys.argv[sys.argv.index("--calls") + 1]) if "--calls" in sys.argv else 3
+    knobs = {"mma_row_tiles": int(sys.argv[sys.argv.index("--row-tiles") + 1])} if "--row-tiles" in sys.argv else {}
+    ext = build.load()
+    dt = torch.float16
+    q = torch.randn(B, 1, hq, D, device="cuda", dtype=dt)
+    k, v = (per_slot(torch.randn(B, hkv, S, D, device="cuda", dtype=dt), S + 64) for _ in range(2))
+    lens = torch.full((B,), S - 1, dtype=torch.int32, device="cuda")
+    out = torch.empty_like(q)
+    with knob_set(ext, **knobs):
+        print("plan", ext.plan(q, k, v, out, S + 64, lens), flush=True)
+        ws = torch.empty(max(1, ext.workspace_bytes(q, k, v, out, S + 64, lens)), dtype=torch.uint8, device="cuda")
+        for _ in range(calls):
+            ext.attention(q, k, v, out, S + 64, ws, lens)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
