@@ -130,7 +130,7 @@ class AdaptiveSpeculation:
     acceptance does not go stale; ``costs``: fixed StepCosts instead of timing this run (e.g. from an
     earlier profile, or to make the choices reproducible)."""
 
-    acceptance_decay: float = 0.9
+    acceptance_decay: float = 0.95
     cost_weight: float = 0.3
     probe_every: int = 8
     costs: StepCosts | None = None
