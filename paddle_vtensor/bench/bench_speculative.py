@@ -5,7 +5,8 @@ Paths, run alternately (best of --repeats each): PaddleNLP's own ``generate()`` 
 decoding on the same slot caches without speculation (``generate_inflight``, one token a step), and
 ``speculative_generate``. Reports tokens/s, the acceptance rate and the time of one speculative step
 split into draft / verify / accept (the rollback: per-slot length updates) / the finished check.
-Writes DIR/bench_speculative.json and DIR/bench_speculative.png."""
+Writes DIR/bench_speculative.json and DIR/bench_speculative.png. ``--adaptive``: speculative_generate
+picks k each step (0..--k); with ``--table`` it adds one such row per p (0..max(--ks))."""
 from __future__ import annotations
 
 import json
