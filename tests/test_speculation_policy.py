@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paddle_vtensor.generation.speculation_policy import (POOLED_TRIALS, AdaptiveSpeculation, Controller, StepCosts,
+from paddle_vtensor.generation.speculation_policy import (AdaptiveSpeculation, Controller, StepCosts,
                                                           choose_k, expected_batch_steps, tokens_per_step)
 
 NAN = float("nan")
@@ -120,16 +120,37 @@ def test_controller_probes_after_plain_steps():
     assert ks == [0, 0, 0, 1, 0, 0, 0, 1]
 
 
+def shrunk(hits, trials):
+    """The empirical-Bayes estimate written out per sequence: raw rates, their pooled mean, the part of
+    their spread that sampling noise does not explain, and each rate pulled toward the pool by its noise."""
+    raw = [(h + 0.5) / (t + 1) for h, t in zip(hits, trials)]
+    pool = (sum(hits) + 0.5) / (sum(trials) + 1)
+    noise = [pool * (1 - pool) / (t + 1) for t in trials]
+    spread = sum((r - pool) ** 2 for r in raw) / len(raw) - sum(noise) / len(noise)
+    if spread <= 0:
+        return [pool] * len(raw)
+    return [pool + spread / (spread + v) * (r - pool) for r, v in zip(raw, noise)]
+
+
 def test_controller_acceptance_counts_and_pooling():
-    """hits += a, trials += a + (a < k) with decay; each sequence shrunk toward the pooled rate."""
+    """hits += a, trials += a + (a < k) with decay; then the empirical-Bayes shrinkage toward the pool."""
     ctl = Controller(AdaptiveSpeculation(acceptance_decay=0.5), n=3, k_max=4)
     seqs = np.array([0, 2])
-    ctl.observe(4, seqs, np.array([4, 1]), {"draft": 1.0, "verify": 1.0, "rest": 0.1}, lag=1)
-    ctl.observe(4, seqs, np.array([2, 0]), {"draft": 1.0, "verify": 1.0, "rest": 0.1}, lag=1)
-    hits, trials = np.array([0.5 * 4 + 2, 0.5 * 1 + 0]), np.array([0.5 * 4 + 3, 0.5 * 2 + 1])
-    pooled = (hits.sum() + 0.5) / (trials.sum() + 1)
-    np.testing.assert_allclose(ctl.alpha(seqs), (hits + POOLED_TRIALS * pooled) / (trials + POOLED_TRIALS))
+    for accepted in ([4, 0], [4, 1], [3, 0]):
+        ctl.observe(4, seqs, np.array(accepted), {"draft": 1.0, "verify": 1.0, "rest": 0.1}, lag=1)
+    hits = [((4 * 0.5) + 4) * 0.5 + 3, ((0 * 0.5) + 1) * 0.5 + 0]
+    trials = [((4 * 0.5) + 4) * 0.5 + 4, ((1 * 0.5) + 2) * 0.5 + 1]
+    got = ctl.alpha(seqs)
+    np.testing.assert_allclose(got, shrunk(hits, trials), rtol=1e-12)
+    assert got[0] > got[1] + 0.15  # these two differ beyond their noise: each keeps part of its own rate
     assert ctl.alpha(np.array([1]))[0] == 0.5  # no trials yet
+
+
+def test_alike_noisy_sequences_share_the_pooled_rate():
+    """Four sequences with rates 0.5-0.8 from a few trials each: the spread is noise, so all get the pool."""
+    ctl = Controller(AdaptiveSpeculation(), n=4, k_max=2)
+    ctl.hits[:], ctl.trials[:] = [2, 3, 3, 4], [4, 4, 5, 5]
+    np.testing.assert_allclose(ctl.alpha(np.arange(4)), [(12 + 0.5) / (18 + 1)] * 4)
 
 
 def test_controller_times_before_choosing():

@@ -152,8 +152,6 @@ class AdaptiveSpeculation:
 # verify (on this CPU a verify of 12-28 tokens costs 1.09-1.19 plain steps), so the first choice of k = 0
 # is made on a guess that favours it, and then measured.
 PLAIN_GUESS = 0.85
-# Pseudo-trials of the batch's pooled acceptance in each sequence's estimate (Controller.alpha).
-POOLED_TRIALS = 8.0
 
 
 class Controller:
@@ -171,13 +169,17 @@ class Controller:
         self.plain_run = 0
 
     def alpha(self, seqs) -> np.ndarray:
-        """Acceptance per position of sequences `seqs`: each sequence's counts shrunk toward the batch's
-        pooled rate by POOLED_TRIALS pseudo-trials, so that a few unlucky trials do not make one sequence
-        look slow (the batch waits for its slowest, so a noisy low estimate would stop speculation that
-        pays, and a plain step gathers no trials to correct it). 1/2 before any trial."""
+        """Acceptance per position of sequences `seqs`, shrunk toward the batch's pooled rate as far as
+        their spread is noise (empirical Bayes, method of moments): the batch waits for its slowest
+        sequence, so the lowest of several noisy estimates of one true rate would look like a slow
+        sequence and stop speculation that pays; sequences that truly differ keep their own rates.
+        Raw rate (hits + 1/2) / (trials + 1); 1/2 before any trial."""
         hits, trials = self.hits[seqs], self.trials[seqs]
+        raw = (hits + 0.5) / (trials + 1.0)
         pooled = (hits.sum() + 0.5) / (trials.sum() + 1.0)
-        return (hits + POOLED_TRIALS * pooled) / (trials + POOLED_TRIALS)
+        noise = pooled * (1.0 - pooled) / (trials + 1.0)  # each raw rate's sampling variance
+        spread = max(0.0, float(np.mean((raw - pooled) ** 2) - np.mean(noise)))  # the true rates' variance
+        return pooled + spread / (spread + noise) * (raw - pooled) if spread > 0 else np.full(len(raw), pooled)
 
     def step_seconds(self):
         """C(k) for k = 0 .. k_max from this run's timings; None before any speculative step."""
