@@ -181,13 +181,28 @@ BAD_COSTS = [
     (((1.0,), (-0.1,), 0.0), ValueError, "draft_s must be a sequence of seconds >= 0"),
     (((1.0,), ("x",), 0.0), TypeError, "draft_s must be a sequence of seconds"),
     (((1.0,), (0.1,), float("inf")), ValueError, "overhead_s must be finite seconds >= 0"),
+    (((1.0,), (0.1,), "0"), TypeError, "overhead_s must be seconds .a float., got str"),
+]
+GOOD = StepCosts((1.0,), (0.1,), 0.0)
+BAD_CHOICES = [
+    (dict(k_max=-1), ValueError, "k_max must be >= 0, got -1"),
+    (dict(k_max=2.0), TypeError, "k_max must be an int, got float"),
+    (dict(min_k=True), TypeError, "min_k must be an int, got bool"),
+    (dict(costs=(1.0,)), TypeError, "costs must be StepCosts, got tuple"),
+    (dict(alpha=[0.5, 1.2]), ValueError, r"alpha must be acceptances in \[0, 1\]"),
+    (dict(alpha=[0.5]), ValueError, "one per sequence of remaining"),
+    (dict(remaining=[3, 0]), ValueError, "remaining must be ints >= 1"),
 ]
 
 
-def test_bad_settings_and_costs_are_refused():
+def test_bad_settings_costs_and_choices_are_refused():
     for kw, exc, match in BAD_SETTINGS:
         with pytest.raises(exc, match=match):
             AdaptiveSpeculation(**kw)
     for args, exc, match in BAD_COSTS:
         with pytest.raises(exc, match=match):
             StepCosts(*args)
+    for kw, exc, match in BAD_CHOICES:
+        args = {"costs": GOOD, "alpha": [0.5, 0.5], "remaining": [3, 4], "k_max": 2, "min_k": 0, **kw}
+        with pytest.raises(exc, match=match):
+            choose_k(**args)

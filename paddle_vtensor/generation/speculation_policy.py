@@ -57,7 +57,9 @@ class StepCosts:
                 raise ValueError(f"StepCosts: {name} must be a sequence of seconds >= 0 (NaN: not measured), "
                                  f"at least one measured, got {getattr(self, name)!r}")
         value = self.overhead_s
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"StepCosts: overhead_s must be seconds (a float), got {type(value).__name__}")
+        if not 0 <= value < math.inf:
             raise ValueError(f"StepCosts: overhead_s must be finite seconds >= 0, got {value!r}")
 
     def steps(self, top: int) -> np.ndarray:
@@ -118,6 +120,18 @@ def choose_k(costs: StepCosts, alpha, remaining, k_max: int, min_k: int = 0) -> 
     """The k in [min_k, min(k_max, max(remaining) - 1)] (just 0 when one token is left) with the fewest
     expected seconds to finish the batch, ``C(k) * expected_batch_steps(alpha, remaining, k)``; ties go
     to the smaller k. alpha, remaining: per active sequence (acceptance in [0, 1], tokens to emit >= 1)."""
+    for name, value in (("k_max", k_max), ("min_k", min_k)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"choose_k: {name} must be an int, got {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"choose_k: {name} must be >= 0, got {value}")
+    if not isinstance(costs, StepCosts):
+        raise TypeError(f"choose_k: costs must be StepCosts, got {type(costs).__name__}")
+    a, r = np.asarray(alpha, dtype=np.float64), np.asarray(remaining)
+    if a.ndim != 1 or a.shape != r.shape or a.size == 0 or not ((a >= 0) & (a <= 1)).all():
+        raise ValueError(f"choose_k: alpha must be acceptances in [0, 1], one per sequence of remaining, got {alpha!r}")
+    if not np.issubdtype(r.dtype, np.integer) or (r < 1).any():
+        raise ValueError(f"choose_k: remaining must be ints >= 1 (tokens each sequence still emits), got {remaining!r}")
     return choose_from_seconds(costs.steps(max(k_max, 0)), alpha, remaining, k_max, min_k)
 
 
