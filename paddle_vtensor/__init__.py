@@ -12,7 +12,7 @@ The package, by room:
   errors.py (every exception and the one error table), passes.py / static_export.py (static
   graphs), integration/ (PaddleNLP models unchanged);
 * generation/: generation strategies over slot caches (inflight, speculative, speculative_accept,
-  model_runner, distributed);
+  speculation_policy, model_runner, distributed);
 * bench/: the command line ``python -m paddle_vtensor <command>``, its benchmarks and demo models;
   nothing in the library imports it;
 * private: _ops/ (the one way into the compiled library), _op_names.py (op_names.h's names),
@@ -66,6 +66,7 @@ _LAZY_MODULES = {"integration": "integration", "passes": "passes", "static_expor
 _LAZY_NAMES = {"generate_inflight": "generation.inflight", "beam_search": "generation.beam_search",
                "parallel_sample": "generation.sampling", "SlotModelRunner": "generation.model_runner",
                "speculative_generate": "generation.speculative", "applied": "integration",
+               "AdaptiveSpeculation": "generation.speculation_policy", "StepCosts": "generation.speculation_policy",
                "apply": "integration", "remove": "integration", "autopatch": "_autopatch"}
 
 
@@ -100,6 +101,8 @@ __all__ = [
     "share_prefix",
     "sharing_info",
     "speculative_generate",
+    "AdaptiveSpeculation",
+    "StepCosts",
     "SpeculativeError",
     "LayerKV",
     "SlotError",

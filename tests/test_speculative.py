@@ -163,6 +163,16 @@ BAD = [
      "max_new_tokens must be an int, got float"),
     ("id_past_vocab", lambda: model("target"), _id_past_vocab, {}, ValueError,
      rf"token id {VOCAB} is outside the vocabulary \[0, {VOCAB}\)"),
+    ("k_max_negative", lambda: model("target"), lambda: prompts([3]), {"num_speculative_tokens": -1, "adaptive": True},
+     ValueError, "num_speculative_tokens must be an int >= 1, got -1"),
+    ("k_auto", lambda: model("target"), lambda: prompts([3]), {"num_speculative_tokens": "auto"}, TypeError,
+     "num_speculative_tokens must be an int, got str .for a k chosen each step pass adaptive=True"),
+    ("k_float", lambda: model("target"), lambda: prompts([3]), {"num_speculative_tokens": 2.0, "adaptive": True},
+     TypeError, "num_speculative_tokens must be an int, got float"),
+    ("adaptive_str", lambda: model("target"), lambda: prompts([3]), {"adaptive": "yes"}, TypeError,
+     "adaptive must be a bool or an AdaptiveSpeculation, got str"),
+    ("adaptive_int", lambda: model("target"), lambda: prompts([3]), {"adaptive": 1}, TypeError,
+     "adaptive must be a bool or an AdaptiveSpeculation, got int"),
 ]
 
 
@@ -236,3 +246,55 @@ def test_oracle_proposals_of_a_wrong_shape_or_vocabulary_are_refused():
     with pytest.raises(ValueError, match="outside the vocabulary"):
         speculative_generate(target, target, ids, mask, max_new_tokens=5, num_speculative_tokens=2,
                              oracle_proposals=np.full([2, 7], VOCAB, np.int64))
+
+
+def expected_accepted_by_step(table, truth, max_new, ks):
+    """Accepted drafts of the whole batch when step s drafts ks[s] tokens for every sequence still running
+    (the rule on the host, as expected_accepted, in lockstep)."""
+    o = np.ones(len(table), dtype=int)
+    acc = 0
+    for k in ks:
+        for i in np.nonzero(o < max_new)[0]:
+            a = 0
+            while a < k and table[i, o[i] + a] == truth[i, o[i] + a]:
+                a += 1
+            acc += a
+            o[i] += min(a + 1, max_new - o[i])
+    assert (o == max_new).all()  # the loop's steps were exactly enough
+    return acc
+
+
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0])
+def test_adaptive_k_keeps_the_ids(p):
+    """adaptive=True (timed: whatever k each step picks, plain steps included): ids equal generate()'s and
+    the accepted count equals the rule replayed on the host with the k of each step."""
+    target, draft = model("target"), model("one_layer")
+    ids, mask = prompts([5, 9, 3, 7], seed=12)
+    new, k = 15, 3
+    truth = greedy(target, ids, mask, new + k)
+    rng = np.random.default_rng(4)
+    table = np.where(rng.random(truth.shape) < p, truth, (truth + rng.integers(1, VOCAB, truth.shape)) % VOCAB)
+    got, stats = speculative_generate(target, draft, ids, mask, max_new_tokens=new, num_speculative_tokens=k,
+                                      adaptive=True, oracle_proposals=table)
+    np.testing.assert_array_equal(got.numpy(), truth[:, :new])
+    ks = stats["k_per_step"]
+    assert len(ks) == stats["steps"] and all(0 <= s <= k for s in ks) and ks[0] == k  # the first step times k_max
+    assert stats["accepted"] == expected_accepted_by_step(table, truth, new, ks)
+    assert stats["draft_forwards"] == 1 + sum(ks) and stats["target_forwards"] == 1 + len(ks)
+
+
+def test_plain_steps_then_drafting_catch_the_draft_up():
+    """Fixed costs that make plain steps win but for a probe (k = 4) every third step: the draft misses the
+    plain steps' tokens and feeds them before drafting. With draft == target every draft must still be
+    accepted, which only holds if the catch-up fed the right tokens at the right positions."""
+    target = model("target")
+    ids, mask = prompts([5, 12, 1, 9], seed=13)
+    settings = pvt.AdaptiveSpeculation(probe_every=2, costs=pvt.StepCosts((1.0, 5.0, 5.0, 5.0, 5.0),
+                                                                           (0.01, 0.02, 0.03, 0.04), 0.0))
+    runs = [speculative_generate(target, target, ids, mask, max_new_tokens=20, num_speculative_tokens=4,
+                                 adaptive=settings, accept_on_device=on_device) for on_device in (True, False)]
+    for got, stats in runs:
+        np.testing.assert_array_equal(got.numpy(), greedy(target, ids, mask, 20))
+        assert stats["acceptance_rate"] == 1.0
+        assert stats["k_per_step"][:6] == [0, 0, 4, 0, 0, 4]
+    assert runs[0][1] == runs[1][1]

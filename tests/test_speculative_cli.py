@@ -42,6 +42,21 @@ def test_bench_speculative_table_rows_follow_the_oracle(tmp_path):
         main(["bench-speculative", *TINY, "--table", "--ps", "1.5", "--out", str(tmp_path)])
 
 
+def test_bench_speculative_table_adaptive_rows(tmp_path):
+    """--adaptive adds one row per p drafting 0..max(--ks) tokens a step; its ids are generate()'s too and
+    its steps' k add up (p = 0: nothing accepted; p = 1: everything)."""
+    assert main(["bench-speculative", *TINY, "--table", "--adaptive", "--ps", "0,1", "--ks", "2", "--out",
+                 str(tmp_path)]) == 0
+    with open(tmp_path / "bench_speculative_table.json") as f:
+        result = json.load(f)
+    assert result["ids_identical_to_generate"] is True
+    assert [(r["k"], r["p"]) for r in result["rows"]] == [(2, 0.0), (2, 1.0), ("adaptive", 0.0), ("adaptive", 1.0)]
+    for r in result["rows"][2:]:
+        assert r["k_max"] == 2 and sum(r["k_counts"].values()) == r["steps"]
+        assert set(r["k_counts"]) <= {"0", "1", "2"} and r["mean_accepted_per_step"] is None
+        assert r["acceptance_rate"] == r["p"]
+
+
 def test_bench_speculative_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="--k must be >= 1"):
         main(["bench-speculative", *TINY, "--k", "0", "--out", str(tmp_path)])

@@ -5,7 +5,8 @@ Paths, run alternately (best of --repeats each): PaddleNLP's own ``generate()`` 
 decoding on the same slot caches without speculation (``generate_inflight``, one token a step), and
 ``speculative_generate``. Reports tokens/s, the acceptance rate and the time of one speculative step
 split into draft / verify / accept (the rollback: per-slot length updates) / the finished check.
-Writes DIR/bench_speculative.json and DIR/bench_speculative.png."""
+Writes DIR/bench_speculative.json and DIR/bench_speculative.png. ``--adaptive``: speculative_generate
+picks k each step (0..--k); with ``--table`` it adds one such row per p (0..max(--ks))."""
 from __future__ import annotations
 
 import json
@@ -49,6 +50,9 @@ def add_parser(commands, common) -> None:
                         "against slot greedy; writes DIR/bench_speculative_table.json")
     b.add_argument("--ps", default="0.5,0.7,0.9,1.0", help="--table: oracle probabilities")
     b.add_argument("--ks", default="2,4,6", help="--table: num_speculative_tokens values")
+    b.add_argument("--adaptive", action="store_true",
+                   help="speculative_generate(adaptive=True): each step drafts the k in 0..K with the most expected "
+                        "tokens/s (K: --k, or with --table the largest of --ks, which then adds one adaptive row per p)")
     common(b)
 
 
@@ -87,7 +91,8 @@ def run(args) -> int:
                                             decode_strategy="greedy_search")[0].numpy(),
         "slot_greedy": lambda: np.asarray(generate_inflight(target, ids.numpy().tolist(), args.output_len,
                                                             max_batch=args.batch)),
-        "speculative": lambda: speculative_generate(target, draft, ids, mask, args.output_len, args.k, profile=True),
+        "speculative": lambda: speculative_generate(target, draft, ids, mask, args.output_len, args.k,
+                                                    adaptive=args.adaptive, profile=True),
     }
     best = {name: None for name in paths}
     outputs, stats_best = {}, None
@@ -111,6 +116,7 @@ def run(args) -> int:
         "draft": {"layers": args.draft_layers, "noise": args.draft_noise,
                   "built_from": "the target's own first layers, embeddings, final norm and lm_head"},
         "batch": args.batch, "input_len": args.input_len, "output_len": args.output_len, "k": args.k,
+        "adaptive": args.adaptive,
         "repeats": args.repeats,
         "seconds_best": {n: round(s, 4) for n, s in best.items()},
         "tokens_per_s": {n: round(tokens / s, 2) for n, s in best.items()},
@@ -118,7 +124,8 @@ def run(args) -> int:
         "speedup_vs_slot_greedy": round(best["slot_greedy"] / best["speculative"], 3),
         "acceptance_rate": round(stats_best["acceptance_rate"], 4),
         "tokens_per_target_forward": round(tokens / (args.batch * (stats_best["target_forwards"] - 1) or 1), 3),
-        "speculative_stats": {k: v for k, v in stats_best.items() if k != "time_s"},
+        "speculative_stats": {k: v for k, v in stats_best.items() if k not in ("time_s", "k_per_step")},
+        "k_counts": _k_counts(stats_best["k_per_step"]),
         "speculative_step_ms": {p: round(v, 3) for p, v in per_step_ms.items()},
         "ids_identical_to_generate": identical,
     }
@@ -168,28 +175,35 @@ def _run_table(args, target, draft, ids, mask, started, load_before) -> int:
     truth = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new + max(ks),
                             decode_strategy="greedy_search")[0].numpy()
     rows, identical = [], True
-    for k in ks:
+    # (k, adaptive): each k of --ks, then with --adaptive one row drafting 0..max(ks) as the policy picks.
+    # Every row of one p meets the same coins (one table per p, cut to each k's width): the rows of a p
+    # differ only in k, not in the luck of the draw (64 tokens x 4 sequences: +-0.05 in acceptance).
+    settings = [(k, False) for k in ks] + ([(max(ks), True)] if args.adaptive else [])
+    tables = {p: _oracle(truth[:, :new + max(ks)], p, args.vocab, args.seed + int(p * 100)) for p in ps}
+    for k, adaptive in settings:
         for p in ps:
-            table = _oracle(truth[:, :new + k], p, args.vocab, args.seed + 1000 * k + int(p * 100))
+            table = tables[p][:, :new + k]
             best, stats, greedy_s = None, None, None
             for _ in range(args.repeats):  # slot greedy right before each speculative run: the same load
                 g = _timed(lambda: generate_inflight(target, ids.numpy().tolist(), new, max_batch=n))[0]
                 greedy_s = g if greedy_s is None else min(greedy_s, g)
                 seconds, (got, st) = _timed(lambda: speculative_generate(target, draft, ids, mask, new, k,
-                                                                         oracle_proposals=table, profile=True))
+                                                                         adaptive=adaptive, oracle_proposals=table,
+                                                                         profile=True))
                 identical &= bool(np.array_equal(got.numpy(), truth[:, :new]))
                 if best is None or seconds < best:
                     best, stats = seconds, st
-            seq_steps = stats["proposed"] // k
-            rows.append({"k": k, "p": p, "tokens_per_s": round(n * new / best, 2),
+            rows.append({"k": "adaptive" if adaptive else k, "p": p, "tokens_per_s": round(n * new / best, 2),
                          "slot_greedy_tokens_per_s": round(n * new / greedy_s, 2),
                          "speedup_vs_slot_greedy": round(greedy_s / best, 3),
                          "acceptance_rate": round(stats["acceptance_rate"], 4),
-                         "mean_accepted_per_step": round(stats["accepted"] / seq_steps, 3),
+                         # accepted drafts per sequence and step (fixed k; an adaptive row's steps differ in k)
+                         "mean_accepted_per_step": None if adaptive else round(stats["accepted"] * k / stats["proposed"], 3),
                          "steps": stats["steps"],
                          # where a speculative step's time goes, against a slot greedy step (prefill included)
                          "step_ms": {ph: round(1e3 * t / stats["steps"], 2) for ph, t in stats["time_s"].items()},
-                         "slot_greedy_step_ms": round(1e3 * greedy_s / new, 2)})
+                         "slot_greedy_step_ms": round(1e3 * greedy_s / new, 2),
+                         **({"k_max": k, "k_counts": _k_counts(stats["k_per_step"])} if adaptive else {})})
             print(" ".join(f"{key} {value}" for key, value in rows[-1].items()), flush=True)
     result = {
         **_header(args, started, load_before, "oracle draft: the draft model runs (its cost stays) but its token at "
@@ -203,6 +217,11 @@ def _run_table(args, target, draft, ids, mask, started, load_before) -> int:
         json.dump(result, f, indent=1)
     print(f"ids identical to generate(): {'yes' if identical else 'NO'}; wrote {path}")
     return 0 if identical else 1
+
+
+def _k_counts(ks) -> dict:
+    """{k: steps that drafted k} (k = 0: plain steps), for the JSON."""
+    return {str(k): ks.count(k) for k in sorted(set(ks))}
 
 
 def _plot(result: dict, path: str) -> None:

@@ -15,6 +15,10 @@ Each step, for every live sequence at once (state kept on the device):
    overwritten next step; no K/V is copied, and the chunks are kept for the next step (a slot's
    memory goes back at the check that sees its sequence finished).
 
+With adaptive=True each step drafts k in 0..num_speculative_tokens as speculation_policy.py picks
+from measured acceptance and costs; k = 0 is a plain target step (the host-side accept is then a few
+device ops), after which the draft lags: its next first forward feeds every token it missed, then x.
+
 The only host read per step is the finished-sequence check (out_len, finished, error flag: one
 small copy), which also gives the host the exact lengths it maps ahead with (reserve before the
 step) and lets it drop finished sequences from the batch and release their slots. The slot caches'
@@ -35,6 +39,7 @@ from ..api import _int
 from ..errors import SpeculativeError, UnsupportedModelError
 from ..slots import check_slot_errors
 from .model_runner import SlotModelRunner, check_token_ids
+from .speculation_policy import AdaptiveSpeculation, Controller
 from .speculative_accept import ERROR_NAMES, speculative_accept
 
 
@@ -62,9 +67,16 @@ def _generation_ids(model):
     return _token_id(pick("eos_token_id"), "eos_token_id"), _token_id(pick("pad_token_id"), "pad_token_id")
 
 
-def _check_models(target, draft, k):
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or int(k) < 1:
+def _check_models(target, draft, k, adaptive):
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        hint = " (for a k chosen each step pass adaptive=True; num_speculative_tokens is then the most)" \
+            if isinstance(k, str) else ""
+        raise TypeError(f"speculative_generate: num_speculative_tokens must be an int, got {type(k).__name__}{hint}")
+    if int(k) < 1:
         raise ValueError(f"speculative_generate: num_speculative_tokens must be an int >= 1, got {k!r}")
+    if not isinstance(adaptive, (bool, AdaptiveSpeculation)):
+        raise TypeError(f"speculative_generate: adaptive must be a bool or an AdaptiveSpeculation, "
+                        f"got {type(adaptive).__name__}")
     llama = _llama_class()
     for name, model in (("target", target), ("draft", draft)):
         if not isinstance(model, llama):
@@ -132,8 +144,9 @@ class _Clock:
 
 @paddle.no_grad()
 def speculative_generate(target, draft, input_ids, attention_mask=None, max_new_tokens: int = 20,
-                         num_speculative_tokens: int = 4, *, accept_on_device: bool = True,
-                         profile: bool = False, chunk_bytes: int | None = None, oracle_proposals=None):
+                         num_speculative_tokens: int = 4, *, adaptive: bool | AdaptiveSpeculation = False,
+                         accept_on_device: bool = True, profile: bool = False, chunk_bytes: int | None = None,
+                         oracle_proposals=None):
     """Greedy speculative decoding: ``(ids, stats)``.
 
     target, draft: PaddleNLP ``LlamaForCausalLM`` models sharing the vocabulary (sizes may differ),
@@ -143,9 +156,18 @@ def speculative_generate(target, draft, input_ids, attention_mask=None, max_new_
     decode_strategy="greedy_search")[0]``: n = max_new_tokens, or fewer when every sequence ended
     with the target's eos token earlier (tokens after a sequence's eos are pad_token_id, as there).
 
+    adaptive=True (or an AdaptiveSpeculation with its settings): num_speculative_tokens is the most
+    tokens a step drafts, k_max; each step drafts the k in 0..k_max with the most expected tokens per
+    second (generation/speculation_policy.py) from each sequence's measured acceptance and this run's
+    measured times of a draft forward, of a verify by its token count and of a plain step; k = 0 is a
+    plain target step (the draft catches up on the tokens it missed in its next forward), and after
+    ``probe_every`` plain steps in a row one step drafts again so the acceptance stays current. The
+    ids are the same; only the speed changes. Costs are host wall times: exact on the CPU, launch
+    times on a GPU unless profile=True (or pass fixed ``AdaptiveSpeculation(costs=...)``).
+
     stats: acceptance_rate (accepted drafts / proposed), accepted, proposed, target_forwards,
-    draft_forwards, steps, host_reads (finished-sequence checks + the two caches' error flags at the
-    end); with profile=True also
+    draft_forwards, steps, k_per_step (the k each step drafted), host_reads (finished-sequence checks
+    + the two caches' error flags at the end); with profile=True also
     time_s {draft, verify, accept, check} (accept = the rollback: the length update).
 
     accept_on_device=False runs the accept/advance bookkeeping on the host instead (a device read of
@@ -157,7 +179,7 @@ def speculative_generate(target, draft, input_ids, attention_mask=None, max_new_
     The ids are the target's greedy ids all the same; only the acceptance changes.
     """
     k = num_speculative_tokens
-    _check_models(target, draft, k)
+    _check_models(target, draft, k, adaptive)
     k = int(k)
     max_new = _int("speculative_generate", "max_new_tokens", max_new_tokens, 1, (1 << 31) - 1)
     eos, pad = _generation_ids(target)
@@ -175,6 +197,8 @@ def speculative_generate(target, draft, input_ids, attention_mask=None, max_new_
     cap = int(lens.max()) + max_new + k
     runners = SlotModelRunner(target, n, cap, chunk_bytes=chunk_bytes), SlotModelRunner(draft, n, cap, chunk_bytes=chunk_bytes)
     loop = _Loop(runners, ids, lens, pads, max_new, k, eos, pad, accept_on_device, profile)
+    if adaptive is not False:
+        loop.controller = Controller(AdaptiveSpeculation() if adaptive is True else adaptive, n, k)
     if oracle is not None:
         loop.oracle = paddle.to_tensor(oracle, place=loop.place)
     try:
@@ -207,9 +231,12 @@ class _Loop:
         self.ids, self.lens, self.pads = ids, lens, pads
         self.on_device = on_device
         self.clock = _Clock(profile, self.place)
-        self.stats = {"target_forwards": 0, "draft_forwards": 0, "steps": 0, "host_reads": 0, "proposed": 0}
+        self.stats = {"target_forwards": 0, "draft_forwards": 0, "steps": 0, "host_reads": 0, "proposed": 0,
+                      "k_per_step": []}
         self.host_accepted = 0  # accepted drafts, counted by the host path
         self.oracle = None  # int64 [n, max_new + k] on the device: proposals that replace the draft's
+        self.controller = None  # speculation_policy.Controller with adaptive=True: picks each step's k
+        self.last = None  # the last step as the controller sees it: (k, accepted [m] int32, seconds, lag)
 
     def dev(self, array, dtype):
         return paddle.to_tensor(np.ascontiguousarray(array).astype(dtype), place=self.place)
@@ -237,8 +264,11 @@ class _Loop:
         return x, y
 
     def run(self):
-        n, k, max_new = self.n, self.k, self.max_new
+        n, max_new = self.n, self.max_new
         x, y = self.prefill()
+        # The tokens the draft has not seen, then x: [n, lag + 1]. lag is 1 after a speculative step (y,
+        # the last committed token, is rewritten at its position) and grows by one a plain step.
+        recent = paddle.stack([y, x], axis=1)
         # Global results (device) and the first emitted token.
         out = paddle.full([n, max_new], self.pad, dtype="int64").to(self.place)
         out[:, 0] = x
@@ -254,10 +284,14 @@ class _Loop:
         while True:
             # The finished-sequence check: the one host read of a step.
             self.clock.start()
-            host = paddle.concat([a_len, a_fin, flag]).numpy()
+            ctl, last = self.controller, self.last
+            host = paddle.concat([a_len, a_fin, flag] + ([last[1]] if ctl and last and last[0] else [])).numpy()
             self.stats["host_reads"] += 1
             m = len(active)
-            lens_now, fin_now, err = host[:m], host[m:2 * m], int(host[-1])
+            lens_now, fin_now, err = host[:m], host[m:2 * m], int(host[2 * m])
+            if ctl and last:  # the last step's accepted counts came with the check: no extra read
+                last[2]["rest"] += time.perf_counter() - last[2].pop("end")
+                ctl.observe(last[0], active, host[2 * m + 1:], last[2], lag=last[3])
             if err:
                 self.check_caches()
                 raise SpeculativeError(f"speculative_generate: the accept step failed: {ERROR_NAMES.get(err, err)}")
@@ -274,11 +308,12 @@ class _Loop:
                 sel = self.dev(keep, "int64")
                 a_out, a_len = paddle.gather(a_out, sel), paddle.gather(a_len, sel)
                 a_fin = paddle.zeros([len(keep)], dtype="int32").to(self.place)
-                x, y = paddle.gather(x, sel), paddle.gather(y, sel)
+                x, recent = paddle.gather(x, sel), paddle.gather(recent, sel)
                 active, lens_now = active[keep], lens_now[keep]
             committed = self.lens[active] + lens_now - 1  # exact target lengths (tokens in the cache)
+            k = self.k if ctl is None else ctl.next_k(active, max_new - lens_now)
             self.clock.lap("check")
-            x, y = self.step(active, committed, x, y, a_out, a_len, a_fin, flag, accepted_total)
+            x, recent = self.step(active, committed, k, x, recent, a_out, a_len, a_fin, flag, accepted_total)
         self.check_caches()
         if self.on_device:
             accepted = int(accepted_total.numpy()[0])
@@ -307,43 +342,26 @@ class _Loop:
             self._slots_dev = (self.dev(active, "int64"), self.dev(active, "int32"), self.dev(self.pads[active], "int64"))
         return self._slots_dev
 
-    def step(self, active, committed, x, y, out, out_len, fin, flag, accepted_total):
-        """One speculative step for the active sequences (in slots `active`); returns the new (x, y)."""
-        k, m = self.k, len(active)
+    def step(self, active, committed, k, x, recent, out, out_len, fin, flag, accepted_total):
+        """One step for the active sequences (in slots `active`) drafting k tokens (k = 0: a plain target
+        step); returns the new (x, recent)."""
+        began = time.perf_counter()
+        m, lag = len(active), recent.shape[1] - 1
         slots = active.astype(np.int32)
         slots_dev, slots32, pads = self.device_slots(active)
-        # Map ahead (host decision): target writes [T, T + k], draft [T - 1, T + k - 1].
+        # Map ahead (host decision): target writes [T, T + k], draft [T - lag, T + k - 1].
         for s, t in zip(slots, committed):
             self.t.reserve(int(s), int(t) + k + 1)
-            self.d.reserve(int(s), int(t) + k)
+            if k:
+                self.d.reserve(int(s), int(t) + k)
         self.t.host_lens[slots] = committed
-        self.d.host_lens[slots] = committed - 1
+        self.d.host_lens[slots] = committed - lag
         self.clock.start()
-        drafts = []
-        feed = paddle.stack([y, x], axis=1).reshape([-1])
-        per = 2
-        # Positions of the draft's tokens, once a step: [y, x] at base, base + 1, then d_j at base + j + 1.
-        base = paddle.gather(self.d.cache_seqlens, slots_dev).astype("int64") + pads
-        proposals = None
-        if self.oracle is not None:  # the proposals for output positions out_len .. out_len + k - 1, once
-            at = out_len.astype("int64")[:, None] + paddle.arange(k, dtype="int64").to(self.place)[None, :]
-            proposals = paddle.take_along_axis(paddle.gather(self.oracle, slots_dev),
-                                               paddle.clip(at, max=self.oracle.shape[1] - 1), axis=1)
-        for j in range(k):
-            pos = (base[:, None] + paddle.arange(2, dtype="int64").to(self.place)[None, :]).reshape([-1]) if j == 0 \
-                else base + (j + 1)
-            cu = np.arange(0, m * per + 1, per, dtype=np.int32)
-            logits = self.d.forward(feed, cu, slots, pos)
-            nxt = logits.reshape([m, per, -1])[:, -1].argmax(axis=-1)  # int64
-            if proposals is not None:  # the proposal for output position out_len + j instead
-                nxt = proposals[:, j]
-            self.d.advance(slots, np.full(m, per, np.int32))
-            drafts.append(nxt)
-            feed, per = nxt, 1
-        draft_tokens = paddle.stack(drafts, axis=1)  # [m, k]
-        self.stats["draft_forwards"] += k
+        reserved = time.perf_counter()
+        draft_tokens = self.draft(k, recent, slots, slots_dev, pads, out_len) if k else None
         self.clock.lap("draft")
-        verify = paddle.concat([x[:, None], draft_tokens], axis=1)  # [m, k + 1]
+        drafted = time.perf_counter()  # (host wall times: exact on the CPU, see the docstring)
+        verify = paddle.concat([x[:, None], draft_tokens], axis=1) if k else x[:, None]  # [m, k + 1]
         base = paddle.gather(self.t.cache_seqlens, slots_dev).astype("int64") + pads
         pos = (base[:, None] + paddle.arange(k + 1, dtype="int64").to(self.place)[None, :]).reshape([-1])
         cu = np.arange(0, m * (k + 1) + 1, k + 1, dtype=np.int32)
@@ -351,7 +369,10 @@ class _Loop:
         target_tokens = logits.reshape([m, k + 1, -1]).argmax(axis=-1).astype("int64")
         self.stats["target_forwards"] += 1
         self.clock.lap("verify")
-        if self.on_device:
+        verified = time.perf_counter()
+        if not self.on_device:
+            accepted, x_next = self.host_accept(slots, k, draft_tokens, target_tokens, out, out_len, fin)
+        elif k:
             accepted = paddle.zeros([m], dtype="int32").to(self.place)
             x_next = paddle.zeros([m], dtype="int64").to(self.place)
             speculative_accept(draft_tokens, target_tokens, slots32, self.t.cache_seqlens,
@@ -360,18 +381,67 @@ class _Loop:
                                target_advance=1, draft_advance=-k, eos_token_id=self.eos, pad_token_id=self.pad)
             paddle.assign(accepted_total + accepted.astype("int64").sum(), accepted_total)
         else:
-            accepted, x_next = self.host_accept(slots, draft_tokens, target_tokens, out, out_len, fin)
-        # y for the next step: the token before x_next, i.e. d_a (or x when nothing was accepted).
-        y_next = paddle.take_along_axis(verify, accepted.astype("int64")[:, None], axis=1)[:, 0]
+            accepted, x_next = None, self.plain_accept(slots, target_tokens[:, 0], out, out_len, fin)
+        if k:  # y for the next step: the token before x_next, i.e. d_a (or x when nothing was accepted)
+            y_next = paddle.take_along_axis(verify, accepted.astype("int64")[:, None], axis=1)[:, 0]
+            recent = paddle.stack([y_next, x_next], axis=1)
+        else:  # the draft missed x too
+            recent = paddle.concat([recent, x_next[:, None]], axis=1)
         self.stats["steps"] += 1
         self.stats["proposed"] += k * m
+        self.stats["k_per_step"].append(k)
         self.clock.lap("accept")
-        return x_next, y_next
+        if self.controller is not None:
+            self.last = (k, accepted, {"draft": drafted - reserved, "verify": verified - drafted,
+                                       "rest": reserved - began, "end": verified}, lag)
+        return x_next, recent
 
-    def host_accept(self, slots, draft_tokens, target_tokens, out, out_len, fin):
+    def draft(self, k, recent, slots, slots_dev, pads, out_len):
+        """k draft forwards proposing d_1..d_k [m, k]: the first feeds `recent` (the tokens the draft has
+        not seen, then x), the others one token each; the draft cache advances by what it was fed."""
+        m, per = len(slots), recent.shape[1]
+        drafts = []
+        feed = recent.reshape([-1])
+        # Positions of the draft's tokens, once a step: recent at base .. base + per - 1, then d_j.
+        base = paddle.gather(self.d.cache_seqlens, slots_dev).astype("int64") + pads
+        last = base + (per - 1)
+        proposals = None
+        if self.oracle is not None:  # the proposals for output positions out_len .. out_len + k - 1, once
+            at = out_len.astype("int64")[:, None] + paddle.arange(k, dtype="int64").to(self.place)[None, :]
+            proposals = paddle.take_along_axis(paddle.gather(self.oracle, slots_dev),
+                                               paddle.clip(at, max=self.oracle.shape[1] - 1), axis=1)
+        for j in range(k):
+            pos = (base[:, None] + paddle.arange(per, dtype="int64").to(self.place)[None, :]).reshape([-1]) if j == 0 \
+                else last + j
+            cu = np.arange(0, m * per + 1, per, dtype=np.int32)
+            logits = self.d.forward(feed, cu, slots, pos)
+            nxt = logits.reshape([m, per, -1])[:, -1].argmax(axis=-1)  # int64
+            if proposals is not None:  # the proposal for output position out_len + j instead
+                nxt = proposals[:, j]
+            self.d.advance(slots, np.full(m, per, np.int32))
+            drafts.append(nxt)
+            feed, per = nxt, 1
+        self.stats["draft_forwards"] += k
+        return paddle.stack(drafts, axis=1)
+
+    def plain_accept(self, slots, g, out, out_len, fin):
+        """A plain step's bookkeeping on the device (the accept op needs k >= 1): every active row emits the
+        target's token g at out_len (no row is finished at a step's start), the target cache advances by
+        one, the draft not at all (it catches up when it next drafts)."""
+        at = out_len.astype("int64")[:, None]
+        paddle.assign(paddle.put_along_axis(out, at, g[:, None], axis=1), out)
+        grown = out_len + 1
+        done = grown >= self.max_new
+        if self.eos is not None:
+            done = paddle.logical_or(done, g == self.eos)
+        paddle.assign(grown, out_len)
+        paddle.assign(done.astype("int32"), fin)
+        self.t.advance(slots, np.ones(len(slots), np.int32))
+        return g
+
+    def host_accept(self, slots, k, draft_tokens, target_tokens, out, out_len, fin):
         """The same rule on the host (accept_on_device=False): reads the tokens back every step."""
-        k = self.k
-        d, t = draft_tokens.numpy(), target_tokens.numpy()
+        d, t = (draft_tokens.numpy() if k else None), target_tokens.numpy()
         o, ol, f = out.numpy(), out_len.numpy(), fin.numpy()
         acc = np.zeros(len(slots), np.int32)
         for i in range(len(slots)):
@@ -395,4 +465,4 @@ class _Loop:
         return accepted, paddle.take_along_axis(target_tokens, accepted.astype("int64")[:, None], axis=1)[:, 0]
 
 
-__all__ = ["SpeculativeError", "speculative_generate"]
+__all__ = ["AdaptiveSpeculation", "SpeculativeError", "speculative_generate"]
