@@ -16,6 +16,7 @@
 #include <cooperative_groups.h>
 
 #include "decode_attention_common_cuda.cuh"
+#include "merge_fold_cuda.cuh"
 
 namespace pvt {
 namespace decode_cuda {
@@ -53,23 +54,7 @@ __global__ void merge_splits_kernel(const DecodeAttentionParams p, const SplitCo
         lj[u] = ws.ml[at * 2 + 1];
         aj[u] = ws.acc[at * D + d];
       }
-      float mx = m;
-#pragma unroll
-      for (int u = 0; u < kMergeChunk; ++u) {
-        if (j0 + u >= splits) mj[u] = -INFINITY;  // a repeat of the last split: no weight
-        mx = fmaxf(mx, mj[u]);
-      }
-      if (mx == -INFINITY) continue;  // nothing seen yet
-      const float c = __expf(m - mx);  // 0 while m is -inf
-      l *= c;
-      a *= c;
-#pragma unroll
-      for (int u = 0; u < kMergeChunk; ++u) {
-        const float w = __expf(mj[u] - mx);  // 0 for a split that saw nothing
-        l += w * lj[u];
-        a += w * aj[u];
-      }
-      m = mx;
+      fold_partials(mj, lj, aj, splits - j0, &m, &l, &a, [](float x) { return __expf(x); });
     }
     write_row<T>(p, e, b, t, h, d, m, l, a);
   }

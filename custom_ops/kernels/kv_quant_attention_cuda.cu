@@ -23,6 +23,7 @@
 
 #include "../core/cuda_check.h"
 #include "decode_attention_launch_cuda.cuh"  // launch_kernel: programmatic launches
+#include "merge_fold_cuda.cuh"
 #include "programmatic_launch_cuda.cuh"
 #include "kv_quant_attention.h"
 #include "kv_quant_attention_cuda.cuh"
@@ -207,23 +208,7 @@ __global__ void merge_kernel(QuantAttentionParams p, Launch l, const float* ws) 
       lj[u] = part[at + 1];
       oj[u] = part[at + 2 + threadIdx.x];
     }
-    float m_new = mx;
-#pragma unroll
-    for (int u = 0; u < kMergeAtOnce; ++u) {
-      if (s0 + u >= l.splits) mj[u] = -INFINITY;  // a repeat of the last split: no weight
-      m_new = fmaxf(m_new, mj[u]);
-    }
-    if (m_new == -INFINITY) continue;  // nothing seen yet
-    const float c = exp2f(mx - m_new);  // 0 while mx is -inf
-    lsum *= c;
-    o *= c;
-#pragma unroll
-    for (int u = 0; u < kMergeAtOnce; ++u) {
-      const float w = exp2f(mj[u] - m_new);  // 0 for a split that saw nothing
-      lsum += lj[u] * w;
-      o += oj[u] * w;
-    }
-    mx = m_new;
+    decode_cuda::fold_partials(mj, lj, oj, l.splits - s0, &mx, &lsum, &o, [](float x) { return exp2f(x); });
   }
   const int64_t row_stride = a.cu_seqlens_q ? a.out_stride[1] : a.out_stride[0];
   T* out = static_cast<T*>(a.out) + e.q_row * row_stride + h * a.out_stride[2];
