@@ -8,13 +8,12 @@ out=build/cuda-compile
 mkdir -p "$out"
 CUDA_INC=$(dirname "$(dirname "$(command -v nvcc)")")/include
 [ -f "$CUDA_INC/cuda.h" ] || CUDA_INC=/usr/local/cuda/include
-n=0
-for src in custom_ops/core/*.cc; do
-  g++ -std=c++17 -Wall -Wextra -Werror -DPADDLE_VTENSOR_WITH_CUDA -I"$CUDA_INC" -Icustom_ops -c "$src" -o "$out/$(basename "$src").o"
-  n=$((n + 1))
-done
-# One nvcc per core (the tensor-core decode instances make this the slow part); xargs exits non-zero
-# when any compile fails, which stops the script.
+# Every loop below runs one compiler per core: xargs exits non-zero when any compile fails, which stops
+# the script (set -e).
+cc_core=(custom_ops/core/*.cc)
+printf '%s\0' "${cc_core[@]}" | xargs -0 -P "$(nproc)" -I{} sh -c 'g++ -std=c++17 -Wall -Wextra -Werror \
+  -DPADDLE_VTENSOR_WITH_CUDA -I"$3" -Icustom_ops -c "$1" -o "$2/$(basename "$1").o"' _ {} "$out" "$CUDA_INC"
+n=${#cc_core[@]}
 cu=(custom_ops/kernels/*.cu tests/native/*.cu)
 printf '%s\0' "${cu[@]}" | xargs -0 -P "$(nproc)" -I{} sh -c 'nvcc -std=c++17 -O2 -arch=sm_90 \
   -DPADDLE_VTENSOR_WITH_CUDA -Icustom_ops -Itests/native -Xcompiler=-Wall,-Wextra -c "$1" -o "$2/$(basename "$1").o"' \
@@ -60,15 +59,14 @@ if [ ${#missing[@]} -gt 0 ]; then
        "found neither in $CUDA_INC nor in NVIDIA wheels under $wheels (set PADDLE_VTENSOR_NVIDIA_WHEELS)"
   exit 0
 fi
-m=0
-for src in custom_ops/paddle/*.cc; do
-  # Paddle's own headers as system headers: their warnings are not ours; ours stay -Werror.
-  g++ -std=c++17 -Wall -Wextra -Werror -Wno-unused-parameter -DPADDLE_WITH_CUDA -DPADDLE_VTENSOR_WITH_CUDA \
-    -isystem "$PADDLE_INC" -isystem "$PADDLE_INC/third_party" \
-    -isystem "$PADDLE_INC/paddle/phi/api/include/compat" \
-    -isystem "$PADDLE_INC/paddle/phi/api/include/compat/torch/csrc/api/include" \
-    -isystem "$PY_INC" -isystem "$CUDA_INC" -isystem "$CUDA_INC/cccl" "${nv_inc[@]}" \
-    -Icustom_ops -Ipasses -c "$src" -o "$out/paddle_$(basename "$src").o"
-  m=$((m + 1))
-done
+# Paddle's own headers as system headers: their warnings are not ours; ours stay -Werror.
+flags=(-std=c++17 -Wall -Wextra -Werror -Wno-unused-parameter -DPADDLE_WITH_CUDA -DPADDLE_VTENSOR_WITH_CUDA
+       -isystem "$PADDLE_INC" -isystem "$PADDLE_INC/third_party"
+       -isystem "$PADDLE_INC/paddle/phi/api/include/compat"
+       -isystem "$PADDLE_INC/paddle/phi/api/include/compat/torch/csrc/api/include"
+       -isystem "$PY_INC" -isystem "$CUDA_INC" -isystem "$CUDA_INC/cccl" "${nv_inc[@]}" -Icustom_ops -Ipasses)
+adapter=(custom_ops/paddle/*.cc)
+printf '%s\0' "${adapter[@]}" | xargs -0 -P "$(nproc)" -I{} sh -c 'src=$1; dst=$2; shift 2; \
+  g++ "$@" -c "$src" -o "$dst/paddle_$(basename "$src").o"' _ {} "$out" "${flags[@]}"
+m=${#adapter[@]}
 echo "compiled $m paddle adapter sources with PADDLE_WITH_CUDA and PADDLE_VTENSOR_WITH_CUDA against $PADDLE_INC"
