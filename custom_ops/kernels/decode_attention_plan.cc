@@ -191,6 +191,20 @@ bool two_row_tiles_per_sm(const Plan& plan, const KernelOccupancy& occ) {
   return plan.row_groups > 1 && plan.mma_tiles == 2 && occ.mma_resident[1] >= 2;
 }
 
+// kDriver where the plan's tensor-core instance (its warps and M-tiles) cannot be resident on this device.
+Status check_mma_resident(const DecodeAttentionParams& p, const Plan& plan, const KernelOccupancy& occupancy) {
+  if (occupancy.mma_resident[plan.mma_warps == 8 ? 1 : 0] != 0) return Status::Ok();
+  return Status(Code::kDriver, "decode_attention_cuda: the tensor-core kernel cannot be resident (" +
+                                   std::to_string(mma_smem_bytes(static_cast<int>(p.head_dim), plan.mma_warps, plan.mma_tiles)) +
+                                   " bytes of shared memory)");
+}
+
+// Scratch for the splits' partials: none with one split or a cluster (merged in the kernel).
+size_t workspace_of(const DecodeAttentionParams& p, const Plan& plan) {
+  return plan.splits <= 1 || plan.cluster ? 0
+                                          : static_cast<size_t>(plan.splits * plan.rows_total * (p.head_dim + 2)) * sizeof(float);
+}
+
 // DecodeOptions::split_keys: the split boundaries, the warps and the merge fixed by the options and the
 // rows per kv head alone (never by the batch, kv_len or the device's SM count), so that each row's
 // arithmetic is the same in every call that sees its keys. The merge kernel merges in split order, and
@@ -211,14 +225,10 @@ Status plan_fixed_splits(const DecodeAttentionParams& p, const KernelOccupancy& 
   if (plan->mma_kernel) {
     plan->mma_warps = plan->mma_tiles > 1 ? 8 : o.mma_warps != 0 ? o.mma_warps : 4;
     if (!mma_instance_exists(static_cast<int>(p.head_dim), plan->mma_warps, plan->mma_tiles)) plan->mma_warps = 4;
-    if (occupancy.mma_resident[plan->mma_warps == 8 ? 1 : 0] == 0) {
-      return Status(Code::kDriver, "decode_attention_cuda: the tensor-core kernel with " +
-                                       std::to_string(plan->mma_warps) + " warps cannot be resident");
-    }
+    PVT_RETURN_IF_ERROR(check_mma_resident(p, *plan, occupancy));
     plan->mma_sm_exclusive = mma_one_block_an_sm(p, *plan);  // residency only: not the arithmetic
   }
-  plan->workspace_bytes = plan->splits <= 1 ? 0
-                                            : static_cast<size_t>(plan->splits * plan->rows_total * (p.head_dim + 2)) * sizeof(float);
+  plan->workspace_bytes = workspace_of(p, *plan);
   return Status::Ok();
 }
 
@@ -322,12 +332,7 @@ Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupanc
     }
     plan->mma_warps = choose_mma_warps(p, *plan, occupancy);
     const int w = plan->mma_warps == 8 ? 1 : 0;
-    if (occupancy.mma_resident[w] == 0) {
-      return Status(Code::kDriver, "decode_attention_cuda: the tensor-core kernel cannot be resident (" +
-                                       std::to_string(mma_smem_bytes(static_cast<int>(p.head_dim), plan->mma_warps,
-                                                                     plan->mma_tiles)) +
-                                       " bytes of shared memory)");
-    }
+    PVT_RETURN_IF_ERROR(check_mma_resident(p, *plan, occupancy));
     plan_cluster(p, plan, o.no_cluster ? 1 : occupancy.mma_cluster_limit[w], occupancy.mma_max_clusters[w]);
     // No more blocks than SMs: one an SM, kept so by their shared memory. More (B=32: 256 blocks) run
     // two an SM, as the 4-warp kernel's occupancy allows.
@@ -339,9 +344,7 @@ Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupanc
       balance_splits(p, plan, occupancy.resident, block_step(plan->lanes));
     }
   }
-  plan->workspace_bytes = plan->splits <= 1 || plan->cluster
-                              ? 0
-                              : static_cast<size_t>(plan->splits * plan->rows_total * (p.head_dim + 2)) * sizeof(float);
+  plan->workspace_bytes = workspace_of(p, *plan);
   return Status::Ok();
 }
 
