@@ -41,8 +41,10 @@
 #include <vector>
 
 #include "core/apis.h"
+#include "step_timing.cuh"
 
 using namespace pvt;
+using namespace pvt_bench;
 
 namespace {
 
@@ -50,18 +52,6 @@ const Device kGpu = Device::cuda(0);
 constexpr int64_t kRowBytes = 131072, kMaxSeqLen = 8192, kBaseLen = 512;
 constexpr size_t kChunk = size_t(2) << 20;
 
-double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::printf("FAIL %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__);   \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
 #define OK(x)                                                                          \
   do {                                                                                 \
     Status s_ = (x);                                                                   \
@@ -92,17 +82,6 @@ __global__ void write_rows_advance(char* base, int32_t* pos, int64_t slot_bytes,
   for (int64_t i = threadIdx.x; i < row_bytes / 16; i += blockDim.x) row[i] = make_uint4(blockIdx.x, 1, 2, 3);
   __syncthreads();
   if (threadIdx.x == 0) pos[blockIdx.x] = at + growth;
-}
-
-__global__ void spin(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
-
-double pct(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
 }
 
 struct Timer {  // every call of each kind on the step path

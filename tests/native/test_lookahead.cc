@@ -2,8 +2,8 @@
 // maps a chunk ahead on its own, no call queued. On the host backend (4 rows a 4 KiB chunk):
 //   - decode: 8 slots grow one row a step for 60 steps; after each step the mapper (given a step's
 //     time) has mapped every slot to the end of the chunk 4 rows past its length (a reference
-//     computed here), and from the second step on the step thread itself maps nothing (a backend
-//     counts the maps made on the calling thread), no ticket is handed out;
+//     computed here), and from the second step on the step thread itself maps nothing (the backend
+//     counts the maps made on the thread that built it), no ticket is handed out;
 //   - a look by hand (map_lookahead on a cache marked but not watched): only marked slots, rows
 //     rounded to their chunk's end, aligned and unaligned slots, max_seq_len the cap, a second look
 //     maps nothing, a slot within its mapped rows is not marked;
@@ -17,6 +17,7 @@
 
 #include "core/apis.h"
 #include "harness.h"
+#include "slow_map_backend.h"
 
 using namespace pvt;
 using pvt_test::Report;
@@ -26,35 +27,6 @@ namespace {
 constexpr size_t kPage = 4096;
 constexpr int64_t kRowBytes = 1024;  // 4 rows a chunk
 constexpr int64_t kRowsPerChunk = 4;
-
-// The host backend, counting the maps made on the thread that built it (the test's "step" thread).
-class CallerMapCounter final : public Backend {
- public:
-  CallerMapCounter() : real_(host_backend()), caller_(std::this_thread::get_id()) {}
-  Device device() const override { return real_->device(); }
-  size_t granularity() const override { return real_->granularity(); }
-  Status reserve(size_t bytes, void** base) override { return real_->reserve(bytes, base); }
-  Status free_reservation(void* base, size_t bytes) override { return real_->free_reservation(base, bytes); }
-  Status create_chunk(size_t bytes, PhysHandle* h) override { return real_->create_chunk(bytes, h); }
-  Status map_chunk(void* addr, size_t bytes, PhysHandle h) override {
-    if (std::this_thread::get_id() == caller_) ++caller_maps;
-    return real_->map_chunk(addr, bytes, h);
-  }
-  Status unmap_chunk(void* addr, size_t bytes) override { return real_->unmap_chunk(addr, bytes); }
-  Status release_chunk(PhysHandle h, size_t bytes) override { return real_->release_chunk(h, bytes); }
-  Status copy(void* dst, const void* src, size_t bytes, void* stream) override {
-    return real_->copy(dst, src, bytes, stream);
-  }
-  Status record_event(void* stream, EventHandle* e) override { return real_->record_event(stream, e); }
-  Status wait_event(EventHandle e) override { return real_->wait_event(e); }
-  Status event_done(EventHandle e, bool* done) override { return real_->event_done(e, done); }
-  void destroy_event(EventHandle e) override { real_->destroy_event(e); }
-  std::atomic<int> caller_maps{0};
-
- private:
-  Backend* real_;
-  std::thread::id caller_;
-};
 
 std::shared_ptr<SlotCache> make_on(Report& r, Backend* b, int64_t slots, int64_t max_seq_len, bool aligned,
                                    const char* what) {
@@ -85,16 +57,16 @@ bool mapped_within(const SlotCache& c, const std::vector<int64_t>& want, int ms)
 
 void test_decode(Report& r) {
   constexpr int64_t kSlots = 8, kMax = 200;
-  CallerMapCounter counter;
+  pvt_test::SlowMapBackend counter;  // counts the maps made on this (the step's) thread
   auto c = make_on(r, &counter, kSlots, kMax, true, "decode: create");
   if (!c || !r.ok(watch_ahead(c, kRowsPerChunk), "decode: watch a chunk ahead")) return;
   std::vector<int64_t> slots(kSlots), len(kSlots);
   for (int64_t s = 0; s < kSlots; ++s) slots[s] = s, len[s] = 1 + s;  // staggered: crossings spread out
   int wrong = 0, step_maps_after_first = 0;
   for (int step = 0; step < 60; ++step) {
-    const int before = counter.caller_maps.load();
+    const int before = counter.builder_maps.load();
     if (!r.ok(c->reserve_batch(slots, len, false), "decode: reserve_batch")) return;
-    if (step > 0) step_maps_after_first += counter.caller_maps.load() - before;
+    if (step > 0) step_maps_after_first += counter.builder_maps.load() - before;
     std::vector<int64_t> want(kSlots);
     for (int64_t s = 0; s < kSlots; ++s) want[s] = aligned_target(len[s], kRowsPerChunk, kMax);
     if (!mapped_within(*c, want, 2000)) {
