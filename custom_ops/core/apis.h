@@ -7,6 +7,7 @@
 #include "checked_math.h"
 #include "chunk_pool.h"
 #include "device.h"
+#include "lookahead.h"
 #include "region.h"
 #include "seq_cache.h"
 #include "slot_cache.h"

@@ -14,6 +14,8 @@
 #include <thread>
 #include <utility>
 
+#include "lookahead.h"
+
 namespace pvt {
 namespace {
 
@@ -68,7 +70,16 @@ void serve() {
   s.batch_policy = pthread_setschedparam(pthread_self(), SCHED_BATCH, &none) == 0;
   std::unique_lock<std::mutex> lock(s.mu);
   for (;;) {
-    s.work.wait(lock, [&] { return !s.queue.empty(); });
+    if (lookahead_watching()) {
+      // Watched caches (lookahead.h): look at them, then sleep at most one poll unless work comes.
+      lock.unlock();
+      (void)lookahead_look();
+      lock.lock();
+      s.work.wait_for(lock, kLookaheadPoll, [&] { return !s.queue.empty(); });
+    } else {
+      s.work.wait(lock, [&] { return !s.queue.empty() || lookahead_watching(); });
+    }
+    if (s.queue.empty()) continue;
     Job job = std::move(s.queue.front());
     s.queue.pop_front();
     s.running = &job;
@@ -119,7 +130,29 @@ void after_fork_child() {
 }
 const int kAtForkRegistered = pthread_atfork(&before_fork, &after_fork_parent, &after_fork_child);
 
+// Starts this process's mapper thread unless it runs (the caller holds s.mu).
+Status start_locked(MapperState& s) {
+  if (s.thread_pid == getpid()) return Status::Ok();
+  try {
+    std::thread(serve).detach();
+  } catch (const std::system_error& e) {
+    return Status(Code::kDriver, std::string("starting the background mapper thread failed: ") + e.what());
+  }
+  s.thread_pid = getpid();
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status wake_mapper() {
+  MapperState& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mu);  // a thread in its untimed wait re-checks after this
+    PVT_RETURN_IF_ERROR(catch_bad_alloc("starting the background mapper", [&] { return start_locked(s); }));
+  }
+  s.work.notify_one();
+  return Status::Ok();
+}
 
 Status map_ahead(std::shared_ptr<SlotCache> cache, std::vector<int64_t> slots, std::vector<int64_t> tokens,
                  AheadTicket* ticket, AheadKind kind) {
@@ -129,14 +162,7 @@ Status map_ahead(std::shared_ptr<SlotCache> cache, std::vector<int64_t> slots, s
   MapperState& s = state();
   const Status st = catch_bad_alloc("reserve_slots_async", [&]() -> Status {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (s.thread_pid != getpid()) {
-      try {
-        std::thread(serve).detach();
-      } catch (const std::system_error& e) {
-        return Status(Code::kDriver, std::string("starting the background mapper thread failed: ") + e.what());
-      }
-      s.thread_pid = getpid();
-    }
+    PVT_RETURN_IF_ERROR(start_locked(s));
     const AheadTicket t = s.next;
     auto slot = s.results.emplace(t, Result()).first;  // may throw: nothing queued yet
     try {

@@ -23,6 +23,8 @@
 // for a migration while the mapper makes its driver calls). Queuing once cost 290-330 µs on the H200
 // when many slots crossed, against 14 µs when none did, and 8-29 µs at p99 after this and two other
 // changes; which of the three mattered is not isolated (PERFORMANCE_H200.md 6c).
+// Watched caches (lookahead.h): while any is watched the thread waits at most kLookaheadPoll and
+// looks at them between batches, so the step path needs no queue call to map a chunk ahead.
 // fork(): the child has no mapper thread; batches queued in the parent when it forked are failed
 // there (their caches' gates opened) and a later map_ahead starts the child's own thread.
 #pragma once
@@ -53,5 +55,8 @@ bool ahead_done(AheadTicket ticket);
 void forget_ahead(AheadTicket ticket);
 // Tickets handed out and neither waited for nor forgotten (tests: nothing is left behind).
 size_t ahead_tickets();
+// Starts the mapper thread if this process has none and wakes it (watch_ahead, lookahead.h: the
+// thread then looks at the watched caches every kLookaheadPoll between batches).
+Status wake_mapper();
 
 }  // namespace pvt

@@ -520,6 +520,19 @@ Status Region::record_use(void* stream) {
   });
 }
 
+Status Region::use_event(void* stream, EventHandle* event) {
+  *event = 0;
+  PVT_RETURN_IF_ERROR(record_use(stream));
+  for (const auto& use : uses_) {
+    if (use.first == stream) *event = use.second;
+  }
+  if (*event == 0 && device().kind != DeviceKind::kHost) {
+    // record_use waited instead of remembering the stream (no host memory): nothing to hand out.
+    return Status(Code::kOutOfMemory, "use_event: no host memory to remember the stream's event");
+  }
+  return Status::Ok();
+}
+
 Status Region::wait_uses() {
   for (const auto& use : uses_) PVT_RETURN_IF_ERROR(backend_->wait_event(use.second));
   return Status::Ok();

@@ -114,6 +114,14 @@ class Region {
   // Call it after queuing the work (a write or a read). One event per distinct stream, re-recorded
   // on each use, so the bookkeeping is bounded by the number of streams. No-op on the host.
   Status record_use(void* stream);
+  // The event record_use(stream) records, for work that records it itself: an event-record node of
+  // a CUDA graph (cudaEventRecordWithFlags(event, s, cudaEventRecordExternal) during capture), whose
+  // every launch re-records it, so an unmap after a launch waits for the graph's work before that
+  // node as for record_use's. Records it on `stream` once now (remembering the stream; it completes
+  // with the work queued so far). Call it outside stream capture. The event lives as long as this
+  // region: a graph recording it must not be launched after the region is gone. *event = 0 on the
+  // host (nothing to record).
+  Status use_event(void* stream, EventHandle* event);
   size_t streams_in_use() const { return uses_.size(); }
   // Unmaps the pending chunks whose events have completed; wait: all of them, blocking. Every map,
   // unmap and alias runs it without waiting first.

@@ -81,7 +81,10 @@ Status SlotCache::create_on(Backend* backend, const SlotCacheShape& in, size_t c
 }
 
 SlotCache::SlotCache(SlotCacheShape shape, std::unique_ptr<Region> region)
-    : shape_(shape), region_(std::move(region)), mapped_(static_cast<size_t>(shape.num_slots)) {}  // zeros
+    : shape_(shape),
+      region_(std::move(region)),
+      mapped_(static_cast<size_t>(shape.num_slots)),  // zeros
+      lookahead_(static_cast<size_t>(shape.num_slots)) {}
 
 SlotCache::~SlotCache() {
   Registry::remove(region_->base());
@@ -149,11 +152,14 @@ Status SlotCache::reserve(int64_t slot, int64_t tokens, void* /*stream: mapping 
     PVT_RETURN_IF_ERROR(check_reserve(slot, tokens));
     ahead_.wait_batches();
     // Already mapped (ahead): no lock, so a step never waits for the mapper's current slot.
-    if (rows_mapped(&slot, &tokens, 1)) return Status::Ok();
-    // Shared: reserve only adds mappings, so ops holding the cache may go on meanwhile.
-    std::shared_lock<std::shared_mutex> use(use_mu_);
-    std::lock_guard<std::mutex> lock(mu_);
-    return reserve_locked(slot, tokens);
+    if (!rows_mapped(&slot, &tokens, 1)) {
+      // Shared: reserve only adds mappings, so ops holding the cache may go on meanwhile.
+      std::shared_lock<std::shared_mutex> use(use_mu_);
+      std::lock_guard<std::mutex> lock(mu_);
+      PVT_RETURN_IF_ERROR(reserve_locked(slot, tokens));
+    }
+    publish(&slot, &tokens, 1);
+    return Status::Ok();
   });
 }
 
@@ -201,7 +207,10 @@ Status SlotCache::reserve_batch(const std::vector<int64_t>& slots, const std::ve
     PVT_RETURN_IF_ERROR(check_batch(slots, tokens));
     if (!announced) ahead_.wait_batches();
     // The step path's usual case once rows are mapped ahead: no lock.
-    if (rows_mapped(slots.data(), tokens.data(), slots.size())) return Status::Ok();
+    if (rows_mapped(slots.data(), tokens.data(), slots.size())) {
+      publish(slots.data(), tokens.data(), slots.size());
+      return Status::Ok();
+    }
     std::shared_lock<std::shared_mutex> use(use_mu_);
     std::lock_guard<std::mutex> lock(mu_);
     // Odd while the values raised below may still be lowered again (rows_mapped then takes the lock).
@@ -220,7 +229,45 @@ Status SlotCache::reserve_batch(const std::vector<int64_t>& slots, const std::ve
         return one;
       }
     }
+    publish(slots.data(), tokens.data(), slots.size());
     return Status::Ok();
+  });
+}
+
+void SlotCache::publish(const int64_t* slots, const int64_t* tokens, size_t n) {
+  if (lookahead_.rows() == 0) return;
+  for (size_t i = 0; i < n; ++i) lookahead_.publish(slots[i], tokens[i], mapped_[static_cast<size_t>(slots[i])].load());
+}
+
+int64_t SlotCache::chunk_end_rows(int64_t slot, int64_t rows) const {
+  const int64_t off = slot * shape_.slot_bytes();
+  const int64_t end = static_cast<int64_t>(region_->round_up(static_cast<size_t>(off + rows * shape_.row_bytes)));
+  return std::min((end - off) / shape_.row_bytes, shape_.max_seq_len);
+}
+
+Status SlotCache::map_lookahead(int64_t* mapped_slots) {
+  *mapped_slots = 0;
+  const int64_t ahead = lookahead_.rows();
+  if (ahead == 0 || !lookahead_.take_any()) return Status::Ok();
+  return catch_bad_alloc("map ahead", [&]() -> Status {
+    Status first;
+    for (int64_t s = 0; s < shape_.num_slots; ++s) {
+      if (!lookahead_.take(s)) continue;
+      std::shared_lock<std::shared_mutex> use(use_mu_);
+      std::lock_guard<std::mutex> lock(mu_);
+      const int64_t wanted = lookahead_.wanted(s);  // 0: released since it was marked
+      if (wanted == 0) continue;
+      const int64_t target = chunk_end_rows(s, std::min(wanted + ahead, shape_.max_seq_len));
+      if (target <= mapped_[static_cast<size_t>(s)]) continue;
+      const Status st = reserve_locked(s, target);
+      if (st.ok()) {
+        ++*mapped_slots;
+      } else {
+        lookahead_.count_failure();
+        if (first.ok()) first = st;
+      }
+    }
+    return first;
   });
 }
 
@@ -266,6 +313,7 @@ Status SlotCache::release(int64_t slot, void* stream) {
   std::unique_lock<std::shared_mutex> use(use_mu_);
   std::lock_guard<std::mutex> lock(mu_);
   std::atomic<int32_t>& mapped = mapped_[static_cast<size_t>(slot)];
+  lookahead_.forget(slot);  // under mu_: the mapper's next look skips the slot
   if (mapped == 0) return Status::Ok();
   // Work the caller queued on `stream` may still read the slot: the unmaps below are deferred until
   // it is done, as for every stream the ops recorded (record_use), without blocking.
@@ -397,6 +445,11 @@ Status SlotCache::make_private(int64_t slot, int64_t from, int64_t to, void* str
 Status SlotCache::record_use(void* stream) {
   std::lock_guard<std::mutex> lock(mu_);
   return region_->record_use(stream);
+}
+
+Status SlotCache::use_event(void* stream, EventHandle* event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return region_->use_event(stream, event);
 }
 
 SlotCacheHold::SlotCacheHold(const SlotCache& a, const SlotCache* b) {

@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "ahead_gate.h"
+#include "lookahead_marks.h"
 #include "region.h"
 
 namespace pvt {
@@ -119,6 +120,15 @@ class SlotCache {
   // Orders callers after queued background reservations (ahead_gate.h): reserve, reserve_batch and
   // SlotCacheHold wait for queued batches; share_prefix, make_private and release for prefetches too.
   AheadGate& ahead() const { return ahead_; }
+  // Watched caches (lookahead.h): reserve and reserve_batch publish each slot's length here, and
+  // mark the slots whose next chunk should be mapped; release forgets the slot.
+  LookaheadMarks& lookahead() { return lookahead_; }
+  // The mapper's look at a watched cache: every marked slot (a released one is skipped) is mapped
+  // up to its published length plus lookahead().rows(), rounded up to the end of its chunk (so
+  // the next mark comes when the slot enters the next chunk), each slot under the lock on its own
+  // as prefetch. *mapped_slots: the slots it mapped. Errors are counted (lookahead().failures())
+  // and the first returned; the other slots are still looked at.
+  Status map_lookahead(int64_t* mapped_slots);
 
   // Make `dst` hold rows [0, tokens) of `src` (the same cache): the whole chunks below row `tokens`
   // are mapped to src's physical chunks (no bytes copied), the chunk holding row `tokens` (when it
@@ -147,6 +157,11 @@ class SlotCache {
   // Work queued on `stream` may read or write this cache: a later release waits for it
   // (Region::record_use). The ops call it after queuing their kernels.
   Status record_use(void* stream);
+  // The event record_use(stream) records (Region::use_event): a step captured as a CUDA graph
+  // records it in the graph (an event-record node, cudaEventRecordExternal), so a release after a
+  // launch waits for the launch's work without a record_use call per step. Take it before the
+  // capture; the graph must not be launched after this cache is gone. 0 on the host.
+  Status use_event(void* stream, EventHandle* event);
 
   // The live slot cache whose reservation contains `ptr`, or null.
   static std::shared_ptr<SlotCache> find(const void* ptr);
@@ -171,6 +186,10 @@ class SlotCache {
   // (a reserve_batch that fails lowers what it raised: batch_seq_ is odd while one runs, and a read
   // that overlapped one is not trusted). False sends the caller to the locked path.
   bool rows_mapped(const int64_t* slots, const int64_t* tokens, size_t n) const;
+  // Watched caches: lookahead_.publish of every (slots[i], tokens[i]) (nothing when not watched).
+  void publish(const int64_t* slots, const int64_t* tokens, size_t n);
+  // `rows` of `slot` rounded up to where its last chunk ends (at most max_seq_len).
+  int64_t chunk_end_rows(int64_t slot, int64_t rows) const;
   // True when a slot other than `slot` has mapped rows inside chunk `c`.
   bool chunk_needed_by_other(size_t c, int64_t slot) const;
 
@@ -186,6 +205,7 @@ class SlotCache {
   uint64_t version_ = 0;
   std::shared_ptr<void> attachment_;
   mutable AheadGate ahead_;
+  LookaheadMarks lookahead_;
 };
 
 // Keeps what is mapped in one or two caches mapped while it lives (release waits for it; reserve

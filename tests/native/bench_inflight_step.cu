@@ -13,9 +13,21 @@
 // reserve_batch takes no lock. Every call on the step path is timed: the table gives p99 and max of
 // each kind. Then time to first token: 256 prompts of 512 tokens arrive at once: reserve 256 slots
 // x 512 rows, launch a prefill-sized step, wait; with and without the pool, with 2 and 32 MiB chunks.
-// Usage: bench_inflight_step [--cover] (default: no zero cover, the library's default; --cover: the
-// zero cover at 64 MiB, which doubles the driver time of each mapping).
+// A fourth way (issue 30 point 5, section 6d of PERFORMANCE_H200.md): the step as one CUDA graph
+// launch on a watched cache (lookahead.h). The graph holds the row-writing kernel (positions in a
+// device array the graph itself advances by the step's growth, exactly what the host mirrors for
+// reserve_batch), the model's spin kernel and an event-record node of the cache's use event
+// (SlotCache::use_event), so the host step path is reserve_batch (lock-free: the mapper mapped the
+// chunk ahead on its own) + cudaGraphLaunch, the same at crossing and other steps.
+// Usage: bench_inflight_step [--cover] [--focus] [--pin] [--slots N]
+//   --cover: the zero cover at 64 MiB (doubles the driver time of each mapping; default off, the
+//   library's default); --focus: only (a) and (c), the chunk-ahead prefetch (200 / 800 steps) and
+//   the graph on a watched cache (400 / 1600 steps: 100 crossing steps), no time to first token;
+//   --pin: the mapper thread on CPUs 1.. and this (step) thread on CPU 0; --slots N: only N slots.
 #include <cuda_runtime.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -29,8 +41,10 @@
 #include <vector>
 
 #include "core/apis.h"
+#include "step_timing.cuh"
 
 using namespace pvt;
+using namespace pvt_bench;
 
 namespace {
 
@@ -38,18 +52,6 @@ const Device kGpu = Device::cuda(0);
 constexpr int64_t kRowBytes = 131072, kMaxSeqLen = 8192, kBaseLen = 512;
 constexpr size_t kChunk = size_t(2) << 20;
 
-double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::printf("FAIL %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__);   \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
 #define OK(x)                                                                          \
   do {                                                                                 \
     Status s_ = (x);                                                                   \
@@ -72,15 +74,14 @@ __global__ void write_rows(char* base, Positions pos, int64_t slot_bytes, int64_
   for (int64_t i = threadIdx.x; i < row_bytes / 16; i += blockDim.x) row[i] = make_uint4(blockIdx.x, 1, 2, 3);
 }
 
-__global__ void spin(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
-
-double pct(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+// The graph's version: one block per slot writes the row at pos[slot], then moves pos[slot] on by
+// `growth` for the next launch (the host's reserve_batch mirrors the same lengths).
+__global__ void write_rows_advance(char* base, int32_t* pos, int64_t slot_bytes, int64_t row_bytes, int growth) {
+  const int32_t at = pos[blockIdx.x];
+  uint4* row = reinterpret_cast<uint4*>(base + blockIdx.x * slot_bytes + int64_t(at) * row_bytes);
+  for (int64_t i = threadIdx.x; i < row_bytes / 16; i += blockDim.x) row[i] = make_uint4(blockIdx.x, 1, 2, 3);
+  __syncthreads();
+  if (threadIdx.x == 0) pos[blockIdx.x] = at + growth;
 }
 
 struct Timer {  // every call of each kind on the step path
@@ -114,11 +115,61 @@ void reset_slots(Ctx& c) {
 enum class Mapping {
   kBefore,     // SlotCache::reserve per slot on the step path, no pool
   kNextStep,   // pool + the next step's rows queued as a batch after the launch, its ticket waited
-  kChunkAhead  // pool + a whole chunk more than the next step needs queued as a prefetch after the
-               // launch; the step path's reserve_batch finds its rows mapped (no lock, no wait)
+  kChunkAhead,  // pool + a whole chunk more than the next step needs queued as a prefetch after the
+                // launch; the step path's reserve_batch finds its rows mapped (no lock, no wait)
+  kGraph        // pool + a watched cache (the mapper maps a chunk ahead on its own, nothing queued)
+                // + the step as one graph launch (write_rows_advance, spin, use-event record)
 };
 const char* name(Mapping m) {
-  return m == Mapping::kBefore ? "before: reserve on the step" : m == Mapping::kNextStep ? "after: next step ahead" : "after: a chunk ahead";
+  switch (m) {
+    case Mapping::kBefore: return "before: reserve on the step";
+    case Mapping::kNextStep: return "after: next step ahead";
+    case Mapping::kChunkAhead: return "after: a chunk ahead (queued prefetch)";
+    case Mapping::kGraph: return "after: watched + one graph launch";
+  }
+  return "?";
+}
+
+// The step captured once as a graph on c.stream (Mapping::kGraph); `pos` is the device array of
+// the rows it writes, advanced by `growth` per launch.
+struct GraphStep {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  int32_t* pos = nullptr;
+  GraphStep(Ctx& c, const std::vector<int64_t>& first_rows, int growth, double step_ms) {
+    std::vector<int32_t> host(first_rows.begin(), first_rows.end());
+    CK(cudaMalloc(&pos, host.size() * sizeof(int32_t)));
+    CK(cudaMemcpy(pos, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    EventHandle use = 0;  // the event a release checks for c.stream: the graph records it
+    OK(c.cache->use_event(c.stream, &use));
+    CK(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal));
+    write_rows_advance<<<c.slots, 256, 0, c.stream>>>(c.cache->data(), pos, c.cache->shape().slot_bytes(), kRowBytes, growth);
+    spin<<<1, 1, 0, c.stream>>>(static_cast<long long>(step_ms * c.cycles_per_ms));
+    CK(cudaEventRecordWithFlags(reinterpret_cast<cudaEvent_t>(use), c.stream, cudaEventRecordExternal));
+    CK(cudaStreamEndCapture(c.stream, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphUpload(exec, c.stream));
+    CK(cudaStreamSynchronize(c.stream));
+  }
+  ~GraphStep() {
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaFree(pos);
+  }
+};
+
+// Waits (up to 5 s) until the mapper has mapped every slot `rows` past len (a watched cache).
+void wait_mapped_ahead(Ctx& c, const std::vector<int64_t>& len, int64_t rows) {
+  const double until = now_us() + 5e6;
+  for (int s = 0; s < c.slots; ++s) {
+    while (c.cache->mapped_tokens(s) < std::min(len[s] + rows, kMaxSeqLen)) {
+      if (now_us() > until) {
+        std::printf("FAIL the mapper did not map slot %d ahead within 5 s\n", s);
+        std::exit(1);
+      }
+      std::this_thread::yield();
+    }
+  }
 }
 
 // One pattern: (a) no growth; (b) 1 row a step, slots staggered (1/16 cross a step); (c) 1 row a
@@ -151,6 +202,15 @@ void run_pattern(Ctx& c, Mapping mode, char pattern, int steps, double step_ms) 
     OK(map_ahead(c.cache, slots, grown(len, growth + rows_per_chunk), &ticket, AheadKind::kPrefetch));
     OK(wait_ahead(ticket));
   }
+  std::unique_ptr<GraphStep> graph;
+  if (mode == Mapping::kGraph) {  // watched before the lengths are published, then the first look
+    OK(watch_ahead(c.cache, rows_per_chunk));
+    OK(c.cache->reserve_batch(slots, len, false));
+    wait_mapped_ahead(c, len, rows_per_chunk);
+    std::vector<int64_t> first_rows(len);
+    for (auto& r : first_rows) r += growth - 1;  // the first step writes row next - 1
+    graph.reset(new GraphStep(c, first_rows, static_cast<int>(growth), step_ms));
+  }
   Timer timer;
   std::vector<double> host, crossing_host;
   double crossings = 0;
@@ -159,20 +219,26 @@ void run_pattern(Ctx& c, Mapping mode, char pattern, int steps, double step_ms) 
     const std::vector<int64_t> next = grown(len, growth);
     int crossed = 0;
     for (int s = 0; s < c.slots; ++s) crossed += (next[s] * kRowBytes + kChunk - 1) / kChunk != (len[s] * kRowBytes + kChunk - 1) / kChunk;
+    timer.time("empty timed region", [] {});
     const double t0 = now_us();
-    if (mode == Mapping::kNextStep) {
+    if (mode == Mapping::kGraph) {
+      timer.time("reserve_batch (watched)", [&] { OK(c.cache->reserve_batch(slots, next, false)); });
+      timer.time("cudaGraphLaunch", [&] { CK(cudaGraphLaunch(graph->exec, c.stream)); });
+    } else if (mode == Mapping::kNextStep) {
       timer.time("wait for the ticket", [&] { OK(wait_ahead(ticket)); });
     } else if (mode == Mapping::kChunkAhead) {
       timer.time("reserve_batch (mapped ahead)", [&] { OK(c.cache->reserve_batch(slots, next, false)); });
     } else {
       for (int s = 0; s < c.slots; ++s) timer.time("reserve (maps on the step)", [&] { OK(c.cache->reserve(s, next[s], nullptr)); });
     }
-    for (int s = 0; s < c.slots; ++s) pos.row[s] = static_cast<int32_t>(next[s] - 1);
-    timer.time("launch write_rows", [&] {
-      write_rows<<<c.slots, 256, 0, c.stream>>>(c.cache->data(), pos, c.cache->shape().slot_bytes(), kRowBytes);
-    });
-    timer.time("launch model step", [&] { spin<<<1, 1, 0, c.stream>>>(static_cast<long long>(step_ms * c.cycles_per_ms)); });
-    timer.time("record_use (cuEventRecord)", [&] { OK(c.cache->record_use(c.stream)); });
+    if (mode != Mapping::kGraph) {
+      for (int s = 0; s < c.slots; ++s) pos.row[s] = static_cast<int32_t>(next[s] - 1);
+      timer.time("launch write_rows", [&] {
+        write_rows<<<c.slots, 256, 0, c.stream>>>(c.cache->data(), pos, c.cache->shape().slot_bytes(), kRowBytes);
+      });
+      timer.time("launch model step", [&] { spin<<<1, 1, 0, c.stream>>>(static_cast<long long>(step_ms * c.cycles_per_ms)); });
+      timer.time("record_use (cuEventRecord)", [&] { OK(c.cache->record_use(c.stream)); });
+    }
     if (mode == Mapping::kNextStep) {
       timer.time("queue next step", [&] { OK(map_ahead(c.cache, slots, grown(next, growth), &ticket)); });
     } else if (mode == Mapping::kChunkAhead) {
@@ -190,9 +256,25 @@ void run_pattern(Ctx& c, Mapping mode, char pattern, int steps, double step_ms) 
   }
   if (mode == Mapping::kNextStep) OK(wait_ahead(ticket));
   CK(cudaGetLastError());
+  if (graph) {  // the graph advanced its positions as the host did: the row after the last written
+    std::vector<int32_t> got(c.slots);
+    CK(cudaMemcpy(got.data(), graph->pos, got.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    for (int s = 0; s < c.slots; ++s) wrong += got[s] != len[s] - 1 + growth;
+    if (wrong) {
+      std::printf("FAIL %d slots' device positions differ from the host's lengths\n", wrong);
+      std::exit(1);
+    }
+    graph.reset();
+    OK(watch_ahead(c.cache, 0));
+  }
   const std::vector<double>& v = pattern == 'c' ? crossing_host : host;
   std::printf("| %d | %s | (%c) | %.1f | %zu | %.1f | %.1f | %.1f |", c.slots, name(mode), pattern, crossings / steps,
               v.size(), pct(v, 0.5), pct(v, 0.99), *std::max_element(v.begin(), v.end()));
+  if (pattern == 'c') {
+    std::printf(" all %zu steps: %.1f / %.1f / %.1f;", host.size(), pct(host, 0.5), pct(host, 0.99),
+                *std::max_element(host.begin(), host.end()));
+  }
   timer.print();
   std::printf("\n");
   std::fflush(stdout);
@@ -239,44 +321,96 @@ std::shared_ptr<SlotCache> make_cache(int slots, size_t chunk) {
   return cache;
 }
 
+// Command-line options (usage at the top of the file).
+struct Options {
+  bool cover = false, focus = false, pin = false;
+  int only_slots = 0;  // 0: 64 and 256
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--cover") == 0) {
+      o.cover = true;
+    } else if (std::strcmp(argv[i], "--focus") == 0) {
+      o.focus = true;
+    } else if (std::strcmp(argv[i], "--pin") == 0) {
+      o.pin = true;
+    } else if (std::strcmp(argv[i], "--slots") == 0 && i + 1 < argc) {
+      o.only_slots = std::atoi(argv[++i]);
+    } else {
+      std::printf("FAIL unknown argument %s (bench_inflight_step [--cover] [--focus] [--pin] [--slots N])\n", argv[i]);
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+// --pin: the mapper thread (started here, so it inherits the mask) on CPUs 1.., this thread on CPU 0.
+void pin_threads() {
+  cpu_set_t rest, first;
+  CPU_ZERO(&rest);
+  CPU_ZERO(&first);
+  CPU_SET(0, &first);
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  for (long i = 1; i < cpus; ++i) CPU_SET(i, &rest);
+  if (cpus < 2 || pthread_setaffinity_np(pthread_self(), sizeof(rest), &rest) != 0) {
+    std::printf("FAIL --pin needs two CPUs and affinity rights\n");
+    std::exit(1);
+  }
+  OK(wake_mapper());
+  if (pthread_setaffinity_np(pthread_self(), sizeof(first), &first) != 0) std::exit(1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool cover = argc > 1 && std::strcmp(argv[1], "--cover") == 0;
+  const Options opt = parse(argc, argv);
   Backend* b = nullptr;
   OK(get_backend(kGpu, &b));
-  OK(b->set_zero_granule(cover ? size_t(64) << 20 : 0));
+  OK(b->set_zero_granule(opt.cover ? size_t(64) << 20 : 0));
+  if (opt.pin) pin_threads();
   int clock_khz = 0;
   CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
-  std::printf("zero cover granule %zu MiB; SM clock %d MHz; mapper thread SCHED_BATCH once started\n",
-              b->zero_granule() >> 20, clock_khz / 1000);
+  std::printf("zero cover granule %zu MiB; SM clock %d MHz; mapper thread SCHED_BATCH once started; %s\n",
+              b->zero_granule() >> 20, clock_khz / 1000,
+              opt.pin ? "pinned: step thread on CPU 0, mapper on CPUs 1.." : "threads not pinned");
   std::printf("| slots | mapping | pattern | crossings/step | steps timed | p50 us | p99 us | max us | each kind of call on the step path: p99/max us |\n"
               "|---|---|---|---:|---:|---:|---:|---:|---|\n");
-  constexpr int kStepsA = 40, kStepsB = 64, kStepsC = 320, kStepsS = 30;
   for (int slots : {64, 256}) {
+    if (opt.only_slots != 0 && slots != opt.only_slots) continue;
     Ctx c;
     c.slots = slots;
     c.cycles_per_ms = static_cast<long long>(clock_khz);
     c.cache = make_cache(slots, kChunk);
     CK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
     const double step_ms = slots == 64 ? 8.0 : 16.0;  // about a Llama-3-8B decode step at that batch
-    for (Mapping mode : {Mapping::kBefore, Mapping::kNextStep, Mapping::kChunkAhead}) {
+    const std::vector<Mapping> modes = opt.focus ? std::vector<Mapping>{Mapping::kChunkAhead, Mapping::kGraph}
+                                                 : std::vector<Mapping>{Mapping::kBefore, Mapping::kNextStep,
+                                                                        Mapping::kChunkAhead, Mapping::kGraph};
+    for (Mapping mode : modes) {
+      // Steps per pattern: (a) (b) (c) (s). --focus: (a) and (c) only, 100 crossing steps in (c)
+      // for the graph, 50 for the chunk-ahead comparison row.
+      const bool graph = mode == Mapping::kGraph;
+      const int steps_a = opt.focus ? (graph ? 400 : 200) : 40, steps_b = opt.focus ? 0 : 64;
+      const int steps_c = opt.focus ? (graph ? 1600 : 800) : 320, steps_s = opt.focus ? 0 : 30;
       const bool pooled = mode != Mapping::kBefore;
       OK(set_pool_limit(kGpu, pooled ? int64_t(96) << 30 : 0));
       OK(pool_trim(kGpu));
       if (pooled) {
-        int64_t created = 0;  // what (s) maps, plus two chunks a slot (the chunk ahead)
-        const int64_t per_slot = (kBaseLen + kStepsS * 16) * kRowBytes / int64_t(kChunk) + 2;
+        int64_t created = 0;  // the longest pattern's rows, plus two chunks a slot (the chunk ahead)
+        const int64_t rows = kBaseLen + std::max<int64_t>(steps_s * 16, steps_c);
+        const int64_t per_slot = rows * kRowBytes / int64_t(kChunk) + 2;
         OK(pool_fill(b, kChunk, int64_t(slots) * per_slot * int64_t(kChunk), &created));
       }
-      run_pattern(c, mode, 'a', kStepsA, step_ms);
-      run_pattern(c, mode, 'b', kStepsB, step_ms);
-      run_pattern(c, mode, 'c', kStepsC, step_ms);
-      run_pattern(c, mode, 's', kStepsS, step_ms);
+      run_pattern(c, mode, 'a', steps_a, step_ms);
+      if (steps_b) run_pattern(c, mode, 'b', steps_b, step_ms);
+      run_pattern(c, mode, 'c', steps_c, step_ms);
+      if (steps_s) run_pattern(c, mode, 's', steps_s, step_ms);
     }
     OK(set_pool_limit(kGpu, 0));
     OK(pool_trim(kGpu));
-    if (slots == 256) {
+    if (slots == 256 && !opt.focus) {
       ttft(c, false);
       ttft(c, true);
       c.cache = make_cache(slots, size_t(32) << 20);  // 2 chunks a prompt instead of 32

@@ -2,7 +2,7 @@
 // the background mapper): it can keep the mapping thread's CPU busy for spin_us per map (cuMemMap +
 // cuMemSetAccess are ~35 µs of host time on the H200), block every map until open() (to hold the
 // mapper in the middle of a batch), and it records the scheduling policy of the thread that mapped
-// (the mapper's, when the mapper maps); fail_map holds one map until let_fail() and fails it. force_other: the mapping thread puts itself back to
+// (the mapper's, when the mapper maps) and counts the maps made on the thread that built it; fail_map holds one map until let_fail() and fails it. force_other: the mapping thread puts itself back to
 // SCHED_OTHER (the policy the mapper had before it ran as SCHED_BATCH), for before/after benches.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "core/backend.h"
 
@@ -20,7 +21,7 @@ namespace pvt_test {
 
 class SlowMapBackend final : public pvt::Backend {
  public:
-  SlowMapBackend() : real_(pvt::host_backend()) {}
+  SlowMapBackend() : real_(pvt::host_backend()), builder_(std::this_thread::get_id()) {}
   pvt::Device device() const override { return real_->device(); }
   size_t granularity() const override { return real_->granularity(); }
   pvt::Status reserve(size_t bytes, void** base) override { return real_->reserve(bytes, base); }
@@ -32,6 +33,7 @@ class SlowMapBackend final : public pvt::Backend {
       (void)pthread_setschedparam(pthread_self(), SCHED_OTHER, &none);
     }
     map_policy.store(sched_getscheduler(0));
+    if (std::this_thread::get_id() == builder_) ++builder_maps;
     if (maps_.fetch_add(1) == fail_map) {  // held until let_fail(), then fails as a full device would
       std::unique_lock<std::mutex> lock(mu_);
       ++waiting_;
@@ -89,12 +91,14 @@ class SlowMapBackend final : public pvt::Backend {
   std::atomic<int> spin_us{0};
   std::atomic<bool> force_other{false};
   std::atomic<int> map_policy{-1};  // sched_getscheduler of the thread of the last map
+  std::atomic<int> builder_maps{0};  // maps made on the thread that built this backend (not the mapper's)
   // The map with this index (0: the first since the backend was made) is held until let_fail(),
   // then fails with kOutOfMemory; -1: none.
   std::atomic<long> fail_map{-1};
 
  private:
   pvt::Backend* real_;
+  const std::thread::id builder_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = true;

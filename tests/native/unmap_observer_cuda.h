@@ -1,9 +1,14 @@
-// Shared by the CUDA native tests that check unmap order (test_cuda.cu, test_deferred_release.cu).
+// Shared by the CUDA native tests that check unmap order (test_cuda.cu, test_deferred_release.cu):
+// the observing backend, a spin kernel that keeps a reader queued, a check of a
+// runtime call.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "core/backend.h"
+#include "harness.h"
 
 namespace pvt_test {
 
@@ -47,5 +52,17 @@ class UnmapObserver final : public Backend {
  private:
   Backend* real_;
 };
+
+// Spins for `cycles` SM clocks (~2 ms: 4,000,000 at 1.98 GHz): work that is still queued. Defined
+// here, not inline: include this header in one translation unit per program (each test is one).
+__global__ void spin_kernel(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+inline bool check_cuda(Report& r, cudaError_t e, const std::string& name) {
+  return r.check(e == cudaSuccess, name, cudaGetErrorString(e));
+}
 
 }  // namespace pvt_test
