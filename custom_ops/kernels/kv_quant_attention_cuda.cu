@@ -235,6 +235,16 @@ int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t s
   return best;
 }
 
+// The tensor-core kernel's block: 8 warps (tiles of 128 keys, 2 warps a scheduler, one block an SM) where a
+// split's blocks are at most 1/16 of the SMs, so that 16 splits fill them, and every split still gets 4
+// tiles or more (kv_len >= 8192): GQA B = 1 S 16k-64k. Else 4 warps (tiles of 64 keys, 3 blocks an SM by
+// registers). H200, 2026-12-02 (docs/QUANTIZED_CACHE.md): at GQA B = 1 16k 8 warps took 20.4 / 22.1 us (fp8
+// / int8) against 22.2 / 24.8; at 4k (2 tiles a split) 13.1 / 14.1 against 10.6 / 12.4; at MHA B = 1 (32
+// blocks a split) 4 warps' 3 blocks an SM won from 16k on (fp8 64k: 135 against 155 us).
+int choose_mma_warps(int64_t blocks, int64_t kv_len, int sms) {
+  return blocks * 16 <= sms && kv_len >= 64 * quant_cuda::mma_tile_keys(8) ? 8 : 4;
+}
+
 Status plan(const QuantAttentionParams& p, Launch* l) {
   const DecodeAttentionParams& a = p.attn;
   const std::string op = "quant_attention_cuda: ";
@@ -267,13 +277,15 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
   l->programmatic = !decode_plan::options_of(a).no_pdl;
   if (l->mma) {  // splits of whole tiles
     const int64_t blocks = a.batch * a.kv_heads * ((l->group + quant_cuda::kMmaHeads - 1) / quant_cuda::kMmaHeads);
-    const int64_t tile = quant_cuda::kMmaTileKeys, tiles = (a.kv_len + tile - 1) / tile;
+    const int warps_asked = decode_plan::options_of(a).mma_warps;
+    l->warps = warps_asked != 0 ? warps_asked : choose_mma_warps(blocks, a.kv_len, sms);
+    const int64_t tile = quant_cuda::mma_tile_keys(l->warps), tiles = (a.kv_len + tile - 1) / tile;
     // At least kMinKeysPerSplit keys a split unless forced: GQA B = 1 S = 4k took 14.8 us (fp8) with 32
     // splits of 128 keys, what the wave cost alone picks, against 10.8 with 16 (H200, 2026-12-02 sweep).
     const int64_t splits =
         forced > 0 ? std::min<int64_t>({forced, tiles, kMaxSplits})
                    : choose_mma_splits(blocks, tiles, std::max<int64_t>(1, a.kv_len / kMinKeysPerSplit),
-                                       quant_cuda::quant_mma_resident(p) * sms);
+                                       quant_cuda::quant_mma_resident(p, l->warps) * sms);
     l->keys_per_split = (tiles + splits - 1) / splits * tile;
     l->splits = static_cast<int>((a.kv_len + l->keys_per_split - 1) / l->keys_per_split);
     return Status::Ok();

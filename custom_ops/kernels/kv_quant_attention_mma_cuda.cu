@@ -3,11 +3,12 @@
 // As decode_attention_mma_cuda.cuh does for 16-bit caches, the query heads of one kv head (up to 16)
 // are the M side of mma.sync.m16n8k16, so each code is read and converted once for all of them (the
 // CUDA-core kernel converts and multiplies every code once per query head: 0.27-0.45x cuDNN's fp16
-// speed for GQA 32/8, docs/QUANTIZED_CACHE.md). Block = 4 warps, one (entry, kv head, chunk of 16
-// query heads, split of the keys); tiles of 64 keys' codes (half the bytes of a 16-bit tile) and
-// their int8 scales go to shared memory by cp.async, 3 or 4 stages deep; warp w takes keys
-// [16w, 16w + 16) of every tile with its own online softmax; the warps merge at the end and write the
-// split's partial state (kv_quant_attention_cuda.cuh), which merge_kernel finishes.
+// speed for GQA 32/8, docs/QUANTIZED_CACHE.md). Block = W warps (4, or 8 where a call has few blocks
+// a split: the plan's choose_mma_warps), one (entry, kv head, chunk of 16 query heads, split of the
+// keys); tiles of 16 W keys' codes (half the bytes of a 16-bit tile) and their int8 scales go to shared
+// memory by cp.async, 3 or 4 stages deep; warp w takes keys [16w, 16w + 16) of every tile with its own
+// online softmax; the warps merge at the end and write the split's partial state
+// (kv_quant_attention_cuda.cuh), which merge_kernel finishes.
 //
 // Codes become 16-bit MMA operands in registers, straight from shared memory (ldmatrix moves 16-bit
 // elements only), in orders that need no shuffles:
@@ -51,21 +52,19 @@ using decode_cuda::pack2;
 using decode_cuda::prime_pipeline;
 using decode_cuda::rescale_rows;
 
-constexpr int kWarps = 4, kThreads = kWarps * 32;
-
 template <int D>
 __host__ __device__ constexpr int stages() {
   // ~50 KB of tiles a block either way (3 blocks an SM, by registers). 4 stages at D = 128 took
   // 0.94-1.07x the time for fp8 and 1.01-1.19x for int8 (H200, 2026-12-02, docs/QUANTIZED_CACHE.md).
   return D == 64 ? 4 : 3;
 }
-template <int D>
+template <int D, int W>
 __host__ __device__ constexpr int stage_bytes() {
-  return 2 * kMmaTileKeys * D + 2 * kMmaTileKeys * 4;  // K codes, V codes, K scales, V scales
+  return 2 * mma_tile_keys(W) * D + 2 * mma_tile_keys(W) * 4;  // K codes, V codes, K scales, V scales
 }
-template <int D>
+template <int D, int W>
 __host__ __device__ constexpr int smem_bytes() {
-  return stages<D>() * stage_bytes<D>();
+  return stages<D>() * stage_bytes<D, W>();
 }
 
 // Byte offset of 16-byte chunk c of tile key `key` (rows of D codes), XOR-swizzled so that neither
@@ -87,23 +86,45 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool pre
 #endif
 }
 
-// Codes 2i and 2i + 1 of w (bytes, the lower one first) as one register of two T values, exact.
+// int8 codes under float16 q are decoded with a bias: the code b as the float16 b + 1152, exactly (b ^ 0x80
+// into the mantissa of 1024, half 0x6400: 1024 + b + 128), one byte permute a pair and no subtraction (a
+// float16 subtraction a pair was 64 of the int8 loop's ~790 instructions a warp and tile). The bias is taken
+// out whole: each score gets -1152 sum(q) of its row added after the MMAs (sum over the float16 q the MMA
+// multiplies), and an extra n8 tile of O accumulates P times a column of -1152, i.e. -1152 sum(p) of its
+// row with P as the MMA rounds it, added to O at the end and every kBiasFoldTiles tiles (so O never
+// carries more than that many tiles' bias: the MMA truncates its float32 sums, about an ulp of the
+// accumulator a tile). Executed instructions -9%, time within +-2% of the subtracting kernel (H200,
+// docs/QUANTIZED_CACHE.md): the loop is bound by latency, not by issue.
+template <typename T, KvQuant kKind>
+__host__ __device__ constexpr bool biased_int8() {
+  return kKind == KvQuant::kInt8 && std::is_same_v<T, __half>;
+}
+constexpr float kInt8Bias = 1152.f;
+constexpr uint32_t kNegBiasPair = 0xE480E480u;  // float16 -1152 twice
+constexpr int kBiasFoldTiles = 64;
+
+// Codes 2i and 2i + 1 of w (bytes, the lower one first) as one register of two T values, exact (int8
+// under float16 q: each plus 1152, above).
 template <typename T, KvQuant kKind, int i>
 __device__ __forceinline__ uint32_t code_pair(uint32_t w) {
-  if constexpr (kKind == KvQuant::kInt8 && std::is_same_v<T, __half>) {
-    // (b ^ 0x80) into the mantissa of 1024 (half 0x6400): 1024 + b + 128; minus 1152 (0x6480).
-    const uint32_t x = __byte_perm(w ^ 0x80808080u, 0x64646464u, i == 0 ? 0x4140 : 0x4342);
-    const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&x), __half2half2(__ushort_as_half(0x6480)));
-    return *reinterpret_cast<const uint32_t*>(&h);
+  if constexpr (biased_int8<T, kKind>()) {
+    return __byte_perm(w ^ 0x80808080u, 0x64646464u, i == 0 ? 0x4140 : 0x4342);
   } else if constexpr (kKind == KvQuant::kInt8) {
     return pack2<T>(static_cast<float>(static_cast<int8_t>(w >> (16 * i))),
                     static_cast<float>(static_cast<int8_t>(w >> (16 * i + 8))));
   } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * i)), __NV_E4M3);
     if constexpr (std::is_same_v<T, __half>) {
-      return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+      // One cvt.rn.f16x2.e4m3x2 a pair on the register's half i, as CUTLASS converts (no shift of w).
+      uint32_t r;
+      if constexpr (i == 0) {
+        asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(r) : "r"(w));
+      } else {
+        asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(r) : "r"(w));
+      }
+      return r;
     } else {
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * i)), __NV_E4M3);
       const float2 f = __half22float2(__half2(h));
       return pack2<T>(f.x, f.y);
     }
@@ -114,14 +135,15 @@ __device__ __forceinline__ uint32_t code_pair(uint32_t w) {
   }
 }
 
-template <typename T, KvQuant kKind, int D>
-__global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentionParams p, const Launch l, float* ws) {
+template <typename T, KvQuant kKind, int D, int W>
+__global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionParams p, const Launch l, float* ws) {
   constexpr int KS = D / 16, NT = D / 8, VB = D / 8, CH = D / 16, STAGES = stages<D>();
-  constexpr int kPasses = kMmaTileKeys * CH / kThreads;  // 16-byte chunks of K (and of V) a thread copies a tile
+  constexpr int kWarps = W, kThreads = 32 * W, kTileKeys = mma_tile_keys(W);
+  constexpr int kPasses = kTileKeys * CH / kThreads;  // 16-byte chunks of K (and of V) a thread copies a tile
   constexpr bool kPerToken = kKind == KvQuant::kInt8;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-  static_assert(kThreads % CH == 0 && kMmaTileKeys * CH % kThreads == 0 && kThreads == 2 * kMmaTileKeys, "copy shape");
-  static_assert((kWarps * kMmaHeads * D + 2 * kWarps * kMmaHeads) * 4 <= smem_bytes<D>(), "the merge fits the tiles");
+  static_assert(kThreads % CH == 0 && kTileKeys * CH % kThreads == 0 && kThreads == 2 * kTileKeys, "copy shape");
+  static_assert((kWarps * kMmaHeads * D + 2 * kWarps * kMmaHeads) * 4 <= smem_bytes<D, W>(), "the merge fits the tiles");
   extern __shared__ __align__(16) uint8_t smem[];
 
   // Launched programmatically: nothing global is read before the kernel ahead (the append of this
@@ -138,21 +160,22 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentio
   const EntryView e = entry_of(a, b);
   const int64_t s0 = split * l.keys_per_split;
   const int64_t s1 = e.n < s0 + l.keys_per_split ? e.n : s0 + l.keys_per_split;
-  const int n_tiles = s1 > s0 ? static_cast<int>((s1 - s0 + kMmaTileKeys - 1) / kMmaTileKeys) : 0;  // 32-bit: cheap % STAGES
+  const int n_tiles = s1 > s0 ? static_cast<int>((s1 - s0 + kTileKeys - 1) / kTileKeys) : 0;  // 32-bit: cheap % STAGES
 
   const uint8_t* kb = static_cast<const uint8_t*>(a.k) + e.row * a.k_stride[1] + hk * a.k_stride[2];
   const uint8_t* vb = static_cast<const uint8_t*>(a.v) + e.row * a.v_stride[1] + hk * a.v_stride[2];
   const float* ksb = p.k_scale + e.row * p.k_scale_stride[1] + hk * p.k_scale_stride[2];
   const float* vsb = p.v_scale + e.row * p.v_scale_stride[1] + hk * p.v_scale_stride[2];
-  auto tile_k = [&](int st) { return smem + st * stage_bytes<D>(); };
-  auto tile_v = [&](int st) { return tile_k(st) + kMmaTileKeys * D; };
-  auto scale_k = [&](int st) { return reinterpret_cast<float*>(tile_v(st) + kMmaTileKeys * D); };
-  auto scale_v = [&](int st) { return scale_k(st) + kMmaTileKeys; };
+  auto tile_k = [&](int st) { return smem + st * stage_bytes<D, W>(); };
+  auto tile_v = [&](int st) { return tile_k(st) + kTileKeys * D; };
+  auto scale_k = [&](int st) { return reinterpret_cast<float*>(tile_v(st) + kTileKeys * D); };
+  auto scale_v = [&](int st) { return scale_k(st) + kTileKeys; };
 
-  // Thread: chunk column ch of keys key0 + it * (kThreads / CH); for int8, one scale (K: threads 0-63).
+  // Thread: chunk column ch of keys key0 + it * (kThreads / CH); for int8, one scale (K: the first half of
+  // the threads).
   const int ch = static_cast<int>(threadIdx.x) % CH, key0 = static_cast<int>(threadIdx.x) / CH;
   auto load_tile = [&](int i, int st) {
-    const int64_t t0 = s0 + static_cast<int64_t>(i) * kMmaTileKeys, left = s1 - t0;  // keys of the tile inside the split
+    const int64_t t0 = s0 + static_cast<int64_t>(i) * kTileKeys, left = s1 - t0;  // keys of the tile inside the split
 #pragma unroll
     for (int it = 0; it < kPasses; ++it) {
       const int key = key0 + it * (kThreads / CH);
@@ -161,8 +184,8 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentio
       cp_async16(tile_v(st) + chunk_at<D>(key, ch), ok ? vb + (t0 + key) * a.v_stride[0] + 16 * ch : vb, ok);
     }
     if constexpr (kPerToken) {
-      const int key = static_cast<int>(threadIdx.x) % kMmaTileKeys;
-      const bool ok = key < left, is_v = threadIdx.x >= kMmaTileKeys;
+      const int key = static_cast<int>(threadIdx.x) % kTileKeys;
+      const bool ok = key < left, is_v = threadIdx.x >= kTileKeys;
       const float* src = is_v ? vsb + (t0 + key) * p.v_scale_stride[0] : ksb + (t0 + key) * p.k_scale_stride[0];
       cp_async4((is_v ? scale_v(st) : scale_k(st)) + key, ok ? src : ksb, ok);
     }
@@ -193,16 +216,48 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentio
     }
   }
 
+  // Biased int8 codes: each row's scores less 1152 sum(q), over the row's float16 q (the quad's lanes
+  // hold a row's dims between them).
+  constexpr bool kBiased = biased_int8<T, kKind>();
+  float s_bias[2] = {0.f, 0.f};
+  if constexpr (kBiased) {
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      float sum = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&qa[ks][hi]));
+        const float2 y = __half22float2(*reinterpret_cast<const __half2*>(&qa[ks][2 + hi]));
+        sum += (x.x + x.y) + (y.x + y.y);
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      s_bias[hi] = -kInt8Bias * sum;
+    }
+  }
+
   // Scores in the log2 domain; fp8's per-head scales: K's here, V's on the output.
   float scale2 = a.scale * kLog2e, out_factor = 1.f;
   if constexpr (!kPerToken) {
     scale2 *= __ldg(ksb);
     out_factor = __ldg(vsb);
   }
-  float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f}, U = 0.f;
-  float o[NT][4];
+  float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f}, U = 0.f, inv_u = 0.f;
+  // O's n8 tiles, and for biased int8 one more: -1152 sum(p) of each row (every column alike).
+  float o[kBiased ? NT + 1 : NT][4];
 #pragma unroll
-  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  for (int n = 0; n < (kBiased ? NT + 1 : NT); ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  // Adds the bias tile into O's tiles and clears it.
+  auto fold_bias = [&]() {
+    if constexpr (kBiased) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) o[n][j] += o[NT][j];
+      }
+      o[NT][0] = o[NT][1] = o[NT][2] = o[NT][3] = 0.f;
+    }
+  };
 
   const int kw = warp * 16;  // the warp's first key in every tile
   for (int i = 0; i < n_tiles; ++i) {
@@ -215,21 +270,34 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentio
       cp_async_commit();
     }
     const int st = i % STAGES;
-    const int64_t ahead = s1 - (s0 + static_cast<int64_t>(i) * kMmaTileKeys + kw);
+    const int64_t ahead = s1 - (s0 + static_cast<int64_t>(i) * kTileKeys + kw);
     const int visible = ahead <= 0 ? 0 : ahead >= 16 ? 16 : static_cast<int>(ahead);
     if (visible == 0) continue;  // warp-uniform (only a split's last tile)
 
     // S = Q K^T over the warp's 16 keys (two n8 tiles): key kw + nt * 8 + g per lane.
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    // kg and j outer, the n8 tile inner: the two accumulator chains (8 MMAs each) interleave.
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const int key = kw + nt * 8 + g;
+    for (int kg = 0; kg < D / 64; ++kg) {
+      uint4 w4[2];
 #pragma unroll
-      for (int kg = 0; kg < D / 64; ++kg) {
-        const uint4 w4 = *reinterpret_cast<const uint4*>(tile_k(st) + chunk_at<D>(key, 4 * kg + t));
-        const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
+      for (int nt = 0; nt < 2; ++nt) {
+        w4[nt] = *reinterpret_cast<const uint4*>(tile_k(st) + chunk_at<D>(kw + nt * 8 + g, 4 * kg + t));
+      }
 #pragma unroll
-        for (int j = 0; j < 4; ++j) mma_16816<T>(s[nt], qa[4 * kg + j], code_pair<T, kKind, 0>(w[j]), code_pair<T, kKind, 1>(w[j]));
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const uint32_t w = j == 0 ? w4[nt].x : j == 1 ? w4[nt].y : j == 2 ? w4[nt].z : w4[nt].w;
+          mma_16816<T>(s[nt], qa[4 * kg + j], code_pair<T, kKind, 0>(w), code_pair<T, kKind, 1>(w));
+        }
+      }
+    }
+    if constexpr (kBiased) {  // after the MMAs (as their first accumulator it kept ptxas from interleaving the chains)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) s[nt][r] += s_bias[r >> 1];
       }
     }
     // This lane's columns are keys kw + nt * 8 + 2t + j; rows g (s[.][0..1]) and g + 8 (s[.][2..3]).
@@ -245,13 +313,13 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentio
       float vmax = fmaxf(fmaxf(pf[0][0], pf[0][1]), fmaxf(pf[1][0], pf[1][1]));
       vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 1));
       vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 2));  // the warp's 16 keys
-      if (vmax > U) {
-        cv = U / vmax;
+      if (vmax > U) {  // warp-uniform (every quad holds the same 16 keys' scales); rare past the first tiles
+        inv_u = 1.f / vmax;
+        cv = U * inv_u;
         U = vmax;
       }
-      const float inv = U > 0.f ? 1.f / U : 0.f;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) pf[nt][0] *= inv, pf[nt][1] *= inv;
+      for (int nt = 0; nt < 2; ++nt) pf[nt][0] *= inv_u, pf[nt][1] *= inv_u;
     }
     float corr[2];
 #pragma unroll
@@ -285,7 +353,12 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentio
       mma_16816<T>(o[4 * j + 2], pa, code_pair<T, kKind, 0>(hi01), code_pair<T, kKind, 0>(hi89));
       mma_16816<T>(o[4 * j + 3], pa, code_pair<T, kKind, 1>(hi01), code_pair<T, kKind, 1>(hi89));
     }
+    if constexpr (kBiased) {
+      mma_16816<T>(o[NT], pa, kNegBiasPair, kNegBiasPair);
+      if (i % kBiasFoldTiles == kBiasFoldTiles - 1) fold_bias();
+    }
   }
+  fold_bias();
   cp_async_wait<0>();
   __syncthreads();  // the tiles' space is free for the merge
   decode_cuda::allow_next_grid();  // the merge kernel's blocks may be placed (they wait for this grid)
@@ -338,44 +411,48 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(const QuantAttentio
   }
 }
 
-template <typename T, KvQuant kKind, int D>
+template <typename T, KvQuant kKind, int D, int W>
 Status launch(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream) {
-  const auto kernel = mma_split_kernel<T, kKind, D>;
+  const auto kernel = mma_split_kernel<T, kKind, D, W>;
   static const cudaError_t opt_in =  // above 48 KB of dynamic shared memory, once per instance
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D>());
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, W>());
   PVT_CU_CHECK(opt_in);
   const int chunks = (l.group + kMmaHeads - 1) / kMmaHeads;
   const dim3 grid(static_cast<unsigned>(l.splits), static_cast<unsigned>(p.attn.kv_heads * chunks),
                   static_cast<unsigned>(p.attn.batch));
-  return decode_cuda::launch_kernel(kernel, grid, kThreads, smem_bytes<D>(), 1, l.programmatic, stream, p, l, ws);
+  return decode_cuda::launch_kernel(kernel, grid, 32 * W, smem_bytes<D, W>(), 1, l.programmatic, stream, p, l, ws);
 }
 
-template <typename T, KvQuant kKind, int D>
+template <typename T, KvQuant kKind, int D, int W>
 int resident() {
-  static const int blocks = decode_cuda::query_resident(mma_split_kernel<T, kKind, D>, kThreads, smem_bytes<D>(), 1);
+  static const int blocks =
+      decode_cuda::query_resident(mma_split_kernel<T, kKind, D, W>, 32 * W, smem_bytes<D, W>(), 1);
   return blocks;
 }
 
-template <typename T, KvQuant kKind>
-int resident_dim(int64_t D) {
-  return D == 64 ? resident<T, kKind, 64>() : resident<T, kKind, 128>();
+// The instance for head_dim, kind and the block's warps (4 or 8).
+constexpr KvQuant kI8 = KvQuant::kInt8, kF8 = KvQuant::kFp8E4M3;
+
+template <typename T>
+int resident_of(const QuantAttentionParams& p, int warps) {
+  const bool i8 = p.kind == kI8, d64 = p.attn.head_dim == 64;
+  if (warps == 8) {
+    if (i8) return d64 ? resident<T, kI8, 64, 8>() : resident<T, kI8, 128, 8>();
+    return d64 ? resident<T, kF8, 64, 8>() : resident<T, kF8, 128, 8>();
+  }
+  if (i8) return d64 ? resident<T, kI8, 64, 4>() : resident<T, kI8, 128, 4>();
+  return d64 ? resident<T, kF8, 64, 4>() : resident<T, kF8, 128, 4>();
 }
 
 template <typename T>
-int resident_kind(const QuantAttentionParams& p) {
-  return p.kind == KvQuant::kInt8 ? resident_dim<T, KvQuant::kInt8>(p.attn.head_dim)
-                                  : resident_dim<T, KvQuant::kFp8E4M3>(p.attn.head_dim);
-}
-
-template <typename T, KvQuant kKind>
-Status launch_dim(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t s) {
-  return p.attn.head_dim == 64 ? launch<T, kKind, 64>(p, l, ws, s) : launch<T, kKind, 128>(p, l, ws, s);
-}
-
-template <typename T>
-Status launch_kind(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t s) {
-  return p.kind == KvQuant::kInt8 ? launch_dim<T, KvQuant::kInt8>(p, l, ws, s)
-                                  : launch_dim<T, KvQuant::kFp8E4M3>(p, l, ws, s);
+Status launch_of(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t s) {
+  const bool i8 = p.kind == kI8, d64 = p.attn.head_dim == 64;
+  if (l.warps == 8) {
+    if (i8) return d64 ? launch<T, kI8, 64, 8>(p, l, ws, s) : launch<T, kI8, 128, 8>(p, l, ws, s);
+    return d64 ? launch<T, kF8, 64, 8>(p, l, ws, s) : launch<T, kF8, 128, 8>(p, l, ws, s);
+  }
+  if (i8) return d64 ? launch<T, kI8, 64, 4>(p, l, ws, s) : launch<T, kI8, 128, 4>(p, l, ws, s);
+  return d64 ? launch<T, kF8, 64, 4>(p, l, ws, s) : launch<T, kF8, 128, 4>(p, l, ws, s);
 }
 
 }  // namespace
@@ -386,13 +463,13 @@ bool mma_takes(const QuantAttentionParams& p, int device_major) {
          (p.attn.head_dim == 64 || p.attn.head_dim == 128);
 }
 
-int quant_mma_resident(const QuantAttentionParams& p) {
-  return p.attn.dtype == ScalarType::kFloat16 ? resident_kind<__half>(p) : resident_kind<__nv_bfloat16>(p);
+int quant_mma_resident(const QuantAttentionParams& p, int warps) {
+  return p.attn.dtype == ScalarType::kFloat16 ? resident_of<__half>(p, warps) : resident_of<__nv_bfloat16>(p, warps);
 }
 
 Status quant_mma_split(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream) {
-  return p.attn.dtype == ScalarType::kFloat16 ? launch_kind<__half>(p, l, ws, stream)
-                                              : launch_kind<__nv_bfloat16>(p, l, ws, stream);
+  return p.attn.dtype == ScalarType::kFloat16 ? launch_of<__half>(p, l, ws, stream)
+                                              : launch_of<__nv_bfloat16>(p, l, ws, stream);
 }
 
 }  // namespace quant_cuda

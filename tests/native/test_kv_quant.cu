@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -141,6 +142,7 @@ struct AttnCase {
   bool varlen;
   Layout layout = kSeqMajor;
   int64_t splits = 0;  // > 0: DecodeOptions::splits (the merge of more than one chunk of partials)
+  int warps = 0;       // > 0: DecodeOptions::mma_warps (the tensor-core kernel's blocks of 4 or 8 warps)
 };
 
 // Whether quant_attention_cuda takes the tensor-core kernel for c (kv_quant_attention_cuda.cuh's
@@ -203,10 +205,12 @@ void test_attention(const AttnCase& c) {
                            std::to_string(B) + ".Hq" + std::to_string(Hq) + ".Hkv" + std::to_string(Hkv) + ".D" +
                            std::to_string(D) + ".S" + std::to_string(S) + (c.varlen ? ".varlen" : "") +
                            (c.layout == kBatchMajor ? ".batch_major" : c.layout == kHeadMajor ? ".head_major" : "") +
-                           (c.splits > 0 ? ".splits" + std::to_string(c.splits) : "");
+                           (c.splits > 0 ? ".splits" + std::to_string(c.splits) : "") +
+                           (c.warps > 0 ? ".w" + std::to_string(c.warps) : "");
   pvt::DecodeOptions opts;
   opts.splits = c.splits;
-  if (c.splits > 0) a.options = &opts;
+  opts.mma_warps = c.warps;
+  if (c.splits > 0 || c.warps > 0) a.options = &opts;
   // Host.
   std::vector<uint8_t> hout(B * Hq * D * elem_size(c.t));
   std::vector<float> hlse(B * Hq);
@@ -371,6 +375,7 @@ void set_bench_kind(pvt::QuantAttentionParams* p, int kind, const float* fp8_sca
 // count first, as "auto"), graph replay, cold L2, as bench() times them. --profile: one plain call of
 // the planner's count on GQA B = 32 S = 32k and B = 1 S = 4k, each kind (what Nsight Compute looks at).
 bool g_sweep_auto = false;  // --auto: the sweep's rows at the planner's count only
+int g_warps = 0;            // --warps N: the 8-bit tensor-core blocks of N warps in the sweep and bench
 
 void sweep(bool profile) {
   cudaStream_t s;
@@ -411,6 +416,7 @@ void sweep(bool profile) {
       for (int64_t n : profile || g_sweep_auto ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64}) {
         pvt::DecodeOptions opts;
         opts.splits = n;
+        opts.mma_warps = g_warps;
         pvt::QuantAttentionParams p;
         p.attn = bench_attn(B, Hkv, S, q.p, out.p);
         p.attn.options = &opts;
@@ -505,6 +511,9 @@ void bench() {
           pvt::QuantAttentionParams p;
           p.attn = a;
           p.attn.workspace = nullptr, p.attn.workspace_bytes = 0;
+          pvt::DecodeOptions qopts;
+          qopts.mma_warps = g_warps;
+          if (g_warps > 0) p.attn.options = &qopts;
           set_bench_kind(&p, kind, fp8_scale.p, kind == 0 ? k8[0] : ki[0], kind == 0 ? v8[0] : vi[0], ksc[0], vsc[0]);
           const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
           Dev<uint8_t> w(wsq);
@@ -535,17 +544,23 @@ void bench() {
 // The tensor-core kernel's cases: every query-group size up to two chunks of 16 heads (20: a partial
 // chunk), lengths around the 64-key tile and across splits, the three layouts, slots with a refused
 // entry. `types`: the 16-bit q types to run them with.
+// Each with blocks of 4 warps (64-key tiles) and of 8 (128-key tiles).
 void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> types) {
   for (ScalarType t : types) {
     for (int64_t D : {64, 128}) {
-      for (int64_t G : {1, 2, 3, 4, 8, 16, 20, 32}) test_attention({kind, t, 2, 2 * G, 2, D, 333, false});
-      for (int64_t S : {1, 63, 64, 65, 4097}) test_attention({kind, t, 3, 8, 2, D, S, false});
-      for (Layout lay : {kBatchMajor, kHeadMajor}) test_attention({kind, t, 2, 8, 2, D, 1000, false, lay});
-      test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor});
-      // Forced split counts: one chunk of the merge (5), two (20), three (40 asked: 33 of 128 keys),
-      // a partial last chunk each time; with lengths that end some splits early.
-      for (int64_t n : {5, 20, 40}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n});
+      for (int w : {4, 8}) {
+        for (int64_t G : {1, 2, 3, 4, 8, 16, 20, 32}) test_attention({kind, t, 2, 2 * G, 2, D, 333, false, kSeqMajor, 0, w});
+        for (int64_t S : {1, 63, 64, 65, 127, 128, 129, 4097}) test_attention({kind, t, 3, 8, 2, D, S, false, kSeqMajor, 0, w});
+        for (Layout lay : {kBatchMajor, kHeadMajor}) test_attention({kind, t, 2, 8, 2, D, 1000, false, lay, 0, w});
+        test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor, 0, w});
+        // Forced split counts: one chunk of the merge (5), two (20), three (40 asked: 33 of 128 keys),
+        // a partial last chunk each time; with lengths that end some splits early.
+        for (int64_t n : {5, 20, 40}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n, w});
+      }
     }
+    // One split of 20000 keys (313 tiles of 64): int8's bias (+1152 a code under float16 q) is folded
+    // out of O every 64 tiles; this is where the MMA's truncated float32 sums would show if it were not.
+    test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4});
   }
 }
 
@@ -553,7 +568,8 @@ void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> type
 
 // --no-bench: the checks only; --bench-only: the timings only; --tc-only: the tensor-core cases with
 // float16 q only (what compute-sanitizer runs: the kernel's memory accesses, at a memcheck's pace);
-// --sweep: the split-count sweep only (with --auto: the planner's count only); --profile: sweep's plain calls for a profiler.
+// --sweep: the split-count sweep only (with --auto: the planner's count only); --profile: sweep's plain calls for a profiler;
+// --warps 4|8: the 8-bit tensor-core kernel's blocks forced to that many warps in the sweep and the bench.
 int main(int argc, char** argv) {
   bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false;
   bool& sweep_auto = g_sweep_auto;
@@ -565,6 +581,7 @@ int main(int argc, char** argv) {
     sweep_only = sweep_only || arg == "--sweep";
     profile = profile || arg == "--profile";
     sweep_auto = sweep_auto || arg == "--auto";
+    if (arg == "--warps" && i + 1 < argc) g_warps = std::atoi(argv[++i]);
   }
   if (sweep_only || profile) {
     sweep(profile);
