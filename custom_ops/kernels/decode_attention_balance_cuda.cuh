@@ -141,7 +141,8 @@ __device__ __forceinline__ bool balanced_block(const DecodeAttentionParams& p, c
           const uint32_t each = steps[i] / s, extra = steps[i] % s;
           const uint32_t first = j * each + (j < extra ? j : extra), last = first + each + (j < extra ? 1 : 0);
           const int64_t n = entry_of(p, b).n;
-          const int64_t klo = static_cast<int64_t>(first) * kSplitKeysUnit, khi = static_cast<int64_t>(last) * kSplitKeysUnit;
+          const int64_t klo = static_cast<int64_t>(first) * kSplitKeysUnit;
+          const int64_t khi = static_cast<int64_t>(last) * kSplitKeysUnit;
           work[0] = 1;
           work[1] = static_cast<int64_t>(b) * p.kv_heads + kvh;
           work[2] = rg;

@@ -253,8 +253,9 @@ Status check_options(const DecodeOptions& o) {
                       std::to_string(o.split_keys) + ", splits " + std::to_string(o.splits));
   }
   if (o.balance < -1) {
-    return Status(Code::kInvalidArgument, "decode_attention_cuda: options.balance must be -1, 0 or a number of blocks an "
-                                          "SM >= 1; got " + std::to_string(o.balance));
+    return Status(Code::kInvalidArgument,
+                  "decode_attention_cuda: options.balance must be -1, 0 or a number of blocks an SM >= 1; got " +
+                      std::to_string(o.balance));
   }
   const int t = o.mma_row_tiles;
   if (o.splits < 0 || (o.mma_warps != 0 && o.mma_warps != 4 && o.mma_warps != 8) || o.mma_blocks_per_sm < 1 ||

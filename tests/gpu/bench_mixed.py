@@ -71,7 +71,8 @@ def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, variants, uniform=None):
         ext.set_decode_options(**opts)
         pl = ext.plan(qo, kl[0], vl[0], out[name], SMAX, seqlens)
         r["plan_" + name] = (f"{pl['kernel']} t{pl['mma_tiles']} w{pl['mma_warps']} s{pl['splits']}"
-                             + (" cl" if pl["cluster"] else "") + (f" bal{pl['balance_grid']}" if pl.get("balance_grid") else ""))
+                             + (" cl" if pl["cluster"] else "")
+                             + (f" bal{pl['balance_grid']}" if pl.get("balance_grid") else ""))
         ws = torch.empty(max(1, ext.workspace_bytes(qo, kl[0], vl[0], out[name], SMAX, seqlens)), dtype=torch.uint8,
                          device="cuda")
         ext.set_decode_options()

@@ -8,11 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$1; shift
 src=$build/src
-rm -rf "$src" && mkdir -p "$src/tests" && cp -r custom_ops "$src/" && cp -r tests/native "$src/tests/"
+rm -rf "$src" && mkdir -p "$src"
+# The working tree's kernels and native tests (uncommitted edits included), through tar.
+tar -cf - custom_ops tests/native | tar -xf - -C "$src"
 f=$src/custom_ops/kernels/decode_attention_balance_cuda.cuh
-from='const uint32_t j = q % s, kvh = q / s;' to='const uint32_t j = q / s, kvh = q % s;'
-[ "$(grep -cF -- "$from" "$f")" = 1 ] || { echo "break_balance: '$from' not found once" >&2; exit 1; }
-FROM=$from TO=$to python3 -c 'import os, sys; p = sys.argv[1]; s = open(p).read(); open(p, "w").write(s.replace(os.environ["FROM"], os.environ["TO"]))' "$f"
+grep -qF 'const uint32_t j = q % s, kvh = q / s;' "$f" || { echo "break_balance: no mapping line" >&2; exit 1; }
+sed -i 's|const uint32_t j = q % s, kvh = q / s;|const uint32_t j = q / s, kvh = q % s;|' "$f"
 cmake -S "$src/tests/native" -B "$build" -DPVT_WITH_CUDA=ON -G Ninja "$@" > "$build.cmake.log"
 cmake --build "$build" --target test_decode_attention >> "$build.cmake.log"
 echo "broken copy built: $build/test_decode_attention --balanced-only"

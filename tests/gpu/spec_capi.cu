@@ -115,8 +115,8 @@ int pvt_capi_plan(const int64_t* dims, void* const* ptrs, const int64_t* strides
   pvt::decode_plan::Plan pl;
   const pvt::Status s = pvt::decode_attention_cuda_plan(p, &pl);
   if (!s.ok()) return status(s);
-  const int64_t v[] = {pl.mma_kernel, pl.rows_kernel, pl.mma_tiles, pl.mma_warps, pl.splits, pl.cluster, pl.balance_grid,
-                       static_cast<int64_t>(pl.workspace_bytes)};
+  const int64_t v[] = {pl.mma_kernel,  pl.rows_kernel, pl.mma_tiles,    pl.mma_warps,
+                       pl.splits,      pl.cluster,     pl.balance_grid, static_cast<int64_t>(pl.workspace_bytes)};
   std::copy(v, v + 8, out);
   return 0;
 }

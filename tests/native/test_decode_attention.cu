@@ -4,15 +4,16 @@
 //   {fp16, bf16, fp32}, head_dim 128; plus Tq > 1 (causal and masked), bool/float masks, other
 //   head dims (the 16-byte path with idle lanes, two chunks per lane, the scalar fallback), strided
 //   K/V, a K/V read straight from a SeqMajorCache (VM-mapped memory), the error statuses, and the
-//   split count's multiply-and-shift division (SplitCount). Each case runs in several passes (the plan,
-//   forced split counts and block sizes, and with its inputs written late by the kernel ahead: the
-//   programmatic launch's wait). The tensor-core kernel's families: 17-128 rows per kv head (row groups
+//   split count's multiply-and-shift division (SplitCount), balanced splits over skewed per-slot lengths
+//   (test_balanced; --balanced-only runs them and the per-slot cases balanced). Each case runs in several
+//   passes (the plan, forced split counts and block sizes, and with its inputs written late by the kernel
+//   ahead: the programmatic launch's wait). The tensor-core kernel's families: 17-128 rows per kv head (row groups
 //   of 1 or 2 M-tiles as planned; 2, 4, 8 M-tiles a block forced) and head_dim 64, 80, 96, 128, 256,
 //   seq-major and per slot, each plan checked to be that kernel.
 //   Bandwidth: context {1k, 4k, 16k, 64k} x batch {1, 8}, 32 heads x 128 head_dim fp16, K/V in
 //   SeqMajorCaches; bytes of K+V read / kernel time, next to a device-to-device copy's bandwidth.
-// Usage: test_decode_attention [--no-bench | --bench-only | --families-only | --balanced-only]. Prints PASS/FAIL lines, "info bench ..."
-// lines, and "N passed, M failed"; exits non-zero on any failure.
+// Usage: test_decode_attention [--no-bench | --bench-only | --families-only | --balanced-only]. Prints PASS/FAIL
+// lines, "info bench ..." lines, and "N passed, M failed"; exits non-zero on any failure.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
