@@ -38,6 +38,11 @@ struct DecodeOptions {
   // gives (tests/native/test_decode_invariance.cu; tests/gpu/spec_loop.py --invariant). At most
   // kMaxSplits splits of kv_len: kInvalidArgument past that. Excludes `splits`.
   int64_t split_keys = 0;
+  // Per-slot batches (cache_seqlens) on the tensor-core kernel: each entry's keys cut into splits by its own
+  // length on the device, so that skewed lengths still fill the SMs (decode_attention_balance_cuda.cuh).
+  // 0: the plan's rule (balance_wanted, decode_attention_balance_plan.h); -1: never; n >= 1: wherever it
+  // applies, with a grid of n blocks an SM that the splits fill.
+  int balance = 0;
 };
 
 // What split_keys must be a multiple of: every kernel's unit of keys (a tensor-core tile is at most 128).

@@ -105,6 +105,7 @@ __device__ __forceinline__ void cp_async_wait() {
 struct Workspace {
   float* acc = nullptr;  // [splits, rows_total, D]
   float* ml = nullptr;   // [splits, rows_total, 2]: running max, sum
+  int32_t* balance_chunk = nullptr;  // balanced splits: the split size the blocks chose, in kSplitKeysUnit keys
 };
 
 // What one entry b sees, from the optional variable-length arrays (decode_attention.h).
@@ -147,6 +148,9 @@ struct SplitCount {
   int64_t n = 1;
   uint32_t mul = 0, shift = 0;  // unused when n == 1
   int64_t fixed_keys = 0;       // > 0: split j is keys [j * fixed_keys, (j + 1) * fixed_keys) (split_keys)
+  // > 0: balanced splits (Plan::balance_blocks; decode_attention_balance_cuda.cuh): n is the most an entry
+  // gets, each entry's count and keys are found on the device within this budget of blocks.
+  int32_t balance_blocks = 0, balance_min_units = 0, balance_wave = 0;
   SplitCount() = default;
   explicit SplitCount(int64_t count, int64_t fixed = 0) : n(count), fixed_keys(fixed) {
     if (count > 1) {

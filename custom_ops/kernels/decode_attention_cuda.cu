@@ -200,8 +200,14 @@ Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream
   if (merge_kernel) {
     ws.acc = static_cast<float*>(p.workspace);
     ws.ml = ws.acc + plan.splits * plan.rows_total * p.head_dim;
+    if (plan.balance_blocks > 0) {  // the split size the balanced blocks chose, after the partials
+      ws.balance_chunk = reinterpret_cast<int32_t*>(ws.ml + plan.splits * plan.rows_total * 2);
+    }
   }
-  const SplitCount splits(plan.splits, plan.split_keys);
+  SplitCount splits(plan.splits, plan.split_keys);
+  splits.balance_blocks = static_cast<int32_t>(plan.balance_blocks);
+  splits.balance_min_units = static_cast<int32_t>(plan.balance_min_units);
+  splits.balance_wave = static_cast<int32_t>(plan.balance_wave);
   const unsigned entries = static_cast<unsigned>(p.batch * p.kv_heads), grid_y = static_cast<unsigned>(plan.splits);
   Status s;
   if (plan.mma_kernel) {

@@ -15,6 +15,7 @@
 
 #include <cooperative_groups.h>
 
+#include "decode_attention_balance_cuda.cuh"
 #include "decode_attention_common_cuda.cuh"
 #include "merge_fold_cuda.cuh"
 
@@ -41,7 +42,11 @@ __global__ void merge_splits_kernel(const DecodeAttentionParams p, const SplitCo
   allow_next_grid();
   const Entry e = entry_of(p, b);
   if (t >= e.q_count) return;
-  const int64_t splits = own_splits(all_splits, e.n);  // every split, or with fixed ones the entry's own
+  int64_t splits = own_splits(all_splits, e.n);  // every split, or with fixed ones the entry's own
+  if (all_splits.balance_blocks > 0) {  // balanced: the entry's own count; with one, its block wrote the row
+    splits = balanced_own_splits(e, all_splits, ws);
+    if (splits == 1) return;
+  }
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float m = -INFINITY, l = 0.f, a = 0.f;
     for (int64_t j0 = 0; j0 < splits; j0 += kMergeChunk) {

@@ -18,6 +18,7 @@
 // MMA, as flash-attention does; everything else accumulates in float32.
 #pragma once
 
+#include "decode_attention_balance_cuda.cuh"
 #include "decode_attention_common_cuda.cuh"
 #include "decode_attention_merge_cuda.cuh"  // finish_block
 
@@ -152,7 +153,9 @@ __device__ __forceinline__ void prime_pipeline(Count n_tiles, LoadTile& load_til
 // each scheduler, so one hides the other's dependency stalls, and halve the instructions each warp issues
 // per key (its share of the tile loads and MMAs): what a short block, bound by its instruction latency,
 // pays for (Nsight Compute on the H200, docs/H200_DECODE_PARITY.md).
-template <typename T, int D, int WARPS, int MT>
+// BALANCED: a balanced grid (decode_attention_balance_cuda.cuh), each block's work found from the lengths;
+// its own instances, so that the other plans' code is the same as without it.
+template <typename T, int D, int WARPS, int MT, bool BALANCED>
 __global__ void __launch_bounds__(WARPS * 32)
     decode_attention_mma_kernel(const DecodeAttentionParams p, const SplitCount splits, Workspace ws,
                                 const bool cluster, const int row_groups) {
@@ -175,21 +178,29 @@ __global__ void __launch_bounds__(WARPS * 32)
   // limits): a 64-bit division is a subroutine call, and a short block's cost is its instruction count.
   // blockIdx.x = (entry x kv head) x row_groups + row group: the row groups of one kv head are launched
   // side by side, so that they read its K/V tiles at about the same time (once from HBM, then from L2).
-  const int eh = row_groups == 1 ? static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x) / row_groups;
-  const int rg = static_cast<int>(blockIdx.x) - eh * row_groups;
-  const int kvh = static_cast<int>(p.kv_heads), bi = eh / kvh;
+  int eh = row_groups == 1 ? static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x) / row_groups;
+  int rg = static_cast<int>(blockIdx.x) - eh * row_groups;
+  const int kvh = static_cast<int>(p.kv_heads);
+  int bi = eh / kvh;
   const int64_t Tq = p.q_len, G = static_cast<int>(p.q_heads) / kvh, R = G * Tq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int mt = MT == 1 ? 0 : warp % MT, slice = MT == 1 ? warp : warp / MT;  // the warp's M-tile, key slice
-  const int64_t b = bi, hk = eh - bi * kvh;
-  const int64_t split = blockIdx.y;
+  int64_t b = bi, hk = eh - bi * kvh;
+  int64_t split = blockIdx.y, n_splits = splits.n, s_lo = 0, s_hi = 0;  // s_lo, s_hi: whole tiles of its keys
 
   wait_for_previous_grid();
+  if constexpr (BALANCED) {  // the block's work from the lengths (shared memory free until the tiles load)
+    BalancedBlock w;
+    if (!balanced_block(p, splits, row_groups, ws, reinterpret_cast<int64_t*>(smem), &w)) return;
+    eh = w.eh, rg = w.rg, split = w.split, n_splits = w.splits, s_lo = w.lo, s_hi = w.hi;
+    bi = eh / kvh, b = bi, hk = eh - bi * kvh;
+  }
   const Entry e = entry_of(p, b);
   if (e.refused && p.error_flag != nullptr && split == 0 && threadIdx.x == 0) *p.error_flag = 1;
-  int64_t s_lo, s_hi;  // whole tiles of this entry's keys (a split's last tile is partial only at the end)
-  split_range<kMmaKeys, uint32_t>(e.n, split, splits, &s_lo, &s_hi);
-  if (past_own_keys(splits, s_lo, s_hi)) return;  // the merge does not read it (own_splits)
+  if constexpr (!BALANCED) {  // (a split's last tile is partial only at the end)
+    split_range<kMmaKeys, uint32_t>(e.n, split, splits, &s_lo, &s_hi);
+    if (past_own_keys(splits, s_lo, s_hi)) return;  // the merge does not read it (own_splits)
+  }
 
   const T* kb = static_cast<const T*>(p.k) + e.kv_row * p.k_stride[1] + hk * p.k_stride[2];
   const T* vb = static_cast<const T*>(p.v) + e.kv_row * p.v_stride[1] + hk * p.v_stride[2];
@@ -425,7 +436,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
   }
   __syncthreads();
-  finish_block<T, D, NTHR>(p, e, b, hk, rows, split, splits.n, ws, cluster, BlockRows{st_m, st_l, sm_o, D, row0});
+  finish_block<T, D, NTHR>(p, e, b, hk, rows, split, n_splits, ws, cluster, BlockRows{st_m, st_l, sm_o, D, row0});
 }
 
 }  // namespace decode_cuda

@@ -18,7 +18,8 @@ namespace decode_cuda {
 
 template <typename T, int D, int WARPS, int MT>
 struct Mma {
-  static constexpr auto kernel = decode_attention_mma_kernel<T, D, WARPS, MT>;
+  static constexpr auto kernel = decode_attention_mma_kernel<T, D, WARPS, MT, false>;
+  static constexpr auto balanced_kernel = decode_attention_mma_kernel<T, D, WARPS, MT, true>;  // Plan::balance_blocks
   static constexpr size_t smem = mma_smem_bytes(D, WARPS, MT);
   static MmaFacts facts() {
     static const MmaFacts f = [] {
@@ -33,6 +34,12 @@ struct Mma {
       }
       cudaGetLastError();
       x.resident = query_resident(kernel, WARPS * 32, smem, 0);  // opts in to the shared memory first
+      // The balanced instance: the same shared memory, the same occupancy (never a cluster or one an SM).
+      if (x.resident > 0 && cudaFuncSetAttribute(balanced_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(smem)) != cudaSuccess) {
+        cudaGetLastError();
+        x.resident = 0;
+      }
       if (x.resident > 0) x.cluster_limit = query_cluster_limit(kernel, WARPS * 32, smem);
       if (x.cluster_limit > 1) {  // a cluster plan is a one-block-an-SM plan: its launch's shared memory
         for (int n = 2; n <= kMaxClusterSplits; ++n) {
@@ -95,14 +102,17 @@ Status mma_launch(const DecodeAttentionParams& p, const decode_plan::Plan& plan,
   if (blocks_x > INT32_MAX) {
     return Status(Code::kUnsupported, "decode_attention_cuda: batch * kv_heads * row groups exceeds the grid limit");
   }
-  const unsigned entries = static_cast<unsigned>(blocks_x), grid_y = static_cast<unsigned>(plan.splits);
+  // A balanced plan: a flat grid, each block's work found on the device (decode_attention_balance_cuda.cuh).
+  const bool balanced = plan.balance_blocks > 0;
+  const unsigned entries = static_cast<unsigned>(balanced ? plan.balance_grid : blocks_x);
+  const unsigned grid_y = balanced ? 1u : static_cast<unsigned>(plan.splits);
   const int row_groups = static_cast<int>(plan.row_groups);
   return with_mma_instance<D>(
       p.dtype, plan.mma_warps, plan.mma_tiles,
       [&](auto inst) {
         using I = decltype(inst);
         I::facts();  // the shared-memory opt-in, where planning did not ask (a plan made elsewhere)
-        return launch_kernel(I::kernel, dim3(entries, grid_y, 1), plan.mma_warps * 32,
+        return launch_kernel(balanced ? I::balanced_kernel : I::kernel, dim3(entries, grid_y, 1), plan.mma_warps * 32,
                              plan.mma_sm_exclusive ? I::sm_exclusive() : I::smem, plan.cluster ? grid_y : 1,
                              plan.programmatic, stream, p, splits, ws, plan.cluster, row_groups);
       },

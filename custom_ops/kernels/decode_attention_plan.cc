@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string>
 
+#include "decode_attention_balance_plan.h"
+
 namespace pvt {
 namespace decode_plan {
 namespace {
@@ -191,6 +193,8 @@ bool two_row_tiles_per_sm(const Plan& plan, const KernelOccupancy& occ) {
   return plan.row_groups > 1 && plan.mma_tiles == 2 && occ.mma_resident[1] >= 2;
 }
 
+}  // namespace
+
 // kDriver where the plan's tensor-core instance (its warps and M-tiles) cannot be resident on this device.
 Status check_mma_resident(const DecodeAttentionParams& p, const Plan& plan, const KernelOccupancy& occupancy) {
   if (occupancy.mma_resident[plan.mma_warps == 8 ? 1 : 0] != 0) return Status::Ok();
@@ -204,6 +208,8 @@ size_t workspace_of(const DecodeAttentionParams& p, const Plan& plan) {
   return plan.splits <= 1 || plan.cluster ? 0
                                           : static_cast<size_t>(plan.splits * plan.rows_total * (p.head_dim + 2)) * sizeof(float);
 }
+
+namespace {
 
 // DecodeOptions::split_keys: the split boundaries, the warps and the merge fixed by the options and the
 // rows per kv head alone (never by the batch, kv_len or the device's SM count), so that each row's
@@ -245,6 +251,11 @@ Status check_options(const DecodeOptions& o) {
                   "decode_attention_cuda: options.split_keys must be 0 or a positive multiple of " +
                       std::to_string(kSplitKeysUnit) + " and cannot be combined with splits; got split_keys " +
                       std::to_string(o.split_keys) + ", splits " + std::to_string(o.splits));
+  }
+  if (o.balance < -1) {
+    return Status(Code::kInvalidArgument,
+                  "decode_attention_cuda: options.balance must be -1, 0 or a number of blocks an SM >= 1; got " +
+                      std::to_string(o.balance));
   }
   const int t = o.mma_row_tiles;
   if (o.splits < 0 || (o.mma_warps != 0 && o.mma_warps != 4 && o.mma_warps != 8) || o.mma_blocks_per_sm < 1 ||
@@ -320,6 +331,7 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
 Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan) {
   const DecodeOptions& o = options_of(p);
   if (o.split_keys > 0) return plan_fixed_splits(p, occupancy, plan);
+  if (balance_wanted(p, *plan)) return plan_balanced(p, occupancy, plan);
   if (plan->mma_kernel) {
     // One block per SM, not the 2 resident ones of the 4-warp kernel: on the H200 (GQA 32/8, fp16)
     // that was as fast or faster on all 12 shapes of B x S, up to 9% (B = 1, S = 16k); fewer, longer

@@ -117,6 +117,12 @@ struct Plan {
   int64_t splits = 1;
   int64_t keys_per_split = 0;  // of a bound-long entry: a host estimate (the kernels use split_range)
   int64_t split_keys = 0;      // > 0: every split exactly this many keys from key 0 (DecodeOptions::split_keys)
+  int64_t balance_blocks = 0;  // > 0: balanced splits (decode_attention_balance_plan.h): each entry's keys cut
+                               // on the device into splits of one size that make at most this many blocks;
+                               // `splits` is then the most an entry can get (the workspace's depth)
+  int64_t balance_grid = 0;    // ... blocks launched (those past the batch's splits leave at once)
+  int64_t balance_min_units = 0;  // ... the shortest split, in kSplitKeysUnit keys
+  int64_t balance_wave = 0;    // ... the blocks resident at once (one wave), preferred where as good
   int64_t rows_total = 0;      // B * Hq * Tq: rows of the workspace
   bool rows_kernel = false;    // decode_attention_rows_kernel: K/V tiles in shared memory, a row per warp
   bool mma_kernel = false;     // decode_attention_mma_kernel: the rows of a kv head on tensor cores
@@ -145,6 +151,11 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device);
 // Step 2: splits, the tensor-core kernel's warps and cluster, the workspace. kDriver where the chosen
 // tensor-core instance cannot be resident on this device.
 Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan);
+
+// Shared by plan_grid's variants: kDriver where the plan's tensor-core instance cannot be resident; the
+// scratch its splits' partials need (none with one split or a cluster).
+Status check_mma_resident(const DecodeAttentionParams& p, const Plan& plan, const KernelOccupancy& occupancy);
+size_t workspace_of(const DecodeAttentionParams& p, const Plan& plan);
 
 }  // namespace decode_plan
 

@@ -7,14 +7,20 @@ lengths seeded: a quarter of the slots long (8k-16k keys), the rest short (256-2
 holds 16k + 64 keys a slot (its capacity: the plan's bound). Cold L2 as in bench_families.py (copies read
 in turn where the read bytes are under 3 x L2), CUDA-graph replay, best of --reps.
   ours_slot    decode_attention_cuda over the per-slot cache with cache_seqlens
+  ours_off     the same with balanced splits off (DecodeOptions::balance = -1: the plan before them)
   ours_sk<K>   the same with fixed splits of K keys from key 0 (--split-keys K,...; DecodeOptions::split_keys):
                an entry's own length then sets how many of its blocks do work, on the device
+  ours_bal<N>  the same with balanced splits forced, a budget of N blocks an SM (--balance N,...;
+               DecodeOptions::balance): each entry's keys cut by its own length on the device
   sdpa_<be>    SDPA (cudnn, flash) over K/V padded to the batch's longest slot, no mask: a timing
                yardstick only (it reads and computes the padding, as a padded batch does)
 read GB/s: bytes of K+V in the slots' own lengths / time; % of copy: against a 1 GiB device-to-device copy
 (read + write) in the same process. The goal of point 3: >= 80% of copy.
---uniform N1,...: rows whose slots all hold N keys (same bound), what fixed splits cost where lengths do not vary.
-Usage: python3 tests/gpu/bench_mixed.py OUT.json [--reps N] [--split-keys K1,K2,...] [--uniform N1,N2,...]
+--uniform N1,...: rows whose slots all hold N keys (same bound), what the variants cost where lengths do not vary,
+at the batches of --uniform-batches (default 16,32,64). --capi: the kernels from build/spec_capi/libpvt_spec.so
+(spec_capi_build.sh, built without a GPU and carried: nothing compiled here) instead of the extension.
+Usage: python3 tests/gpu/bench_mixed.py OUT.json [--reps N] [--split-keys K1,...] [--balance N1,...]
+       [--uniform N1,...] [--uniform-batches B1,...] [--capi]
 """
 import json
 import random
@@ -25,8 +31,7 @@ import torch
 from torch.nn.attention import SDPBackend
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-import build  # noqa: E402
-from bench_attention import Rotation, best_replay, capture_rotating, copy_rate, rotating_sdpa  # noqa: E402
+from bench_attention import Rotation, best_replay, capture_rotating, copy_rate, knob_call, rotating_sdpa  # noqa: E402
 
 SHAPES = (("qwen2_7b", 28, 4, 128), ("llama3_8b", 32, 8, 128))
 BACKENDS = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION))
@@ -42,18 +47,7 @@ def lengths(B, seed):
     return lens
 
 
-def with_split_keys(ext, sk, call):
-    """call() planned under split_keys sk (the plan is made at each call, and kept by a graph's capture)."""
-    def fn():
-        ext.set_decode_options(split_keys=sk)
-        try:
-            call()
-        finally:
-            ext.set_decode_options()
-    return fn
-
-
-def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, split_keys=(), uniform=None):
+def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, variants, uniform=None):
     dt = torch.float16
     lens = [uniform] * B if uniform else lengths(B, seed=B * 100 + hkv)
     read_bytes = 2 * sum(lens) * hkv * D * 2
@@ -70,22 +64,20 @@ def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, split_keys=(), uniform=None
         kl.append(torch.randn(B, SMAX, hkv, D, device="cuda", dtype=dt).transpose(0, 1))
         vl.append(torch.randn(B, SMAX, hkv, D, device="cuda", dtype=dt).transpose(0, 1))
     out = {"ours_slot": torch.empty(B, 1, hq, D, device="cuda", dtype=dt)}
-    pl = ext.plan(qo, kl[0], vl[0], out["ours_slot"], SMAX, seqlens)
-    r["plan_slot"] = (f"{pl['kernel']} t{pl['mma_tiles']} w{pl['mma_warps']} s{pl['splits']}"
-                      + (" cl" if pl["cluster"] else ""))
-    ws = torch.empty(max(1, ext.workspace_bytes(qo, kl[0], vl[0], out["ours_slot"], SMAX, seqlens)),
-                     dtype=torch.uint8, device="cuda")
     rot = Rotation(n)
-    fns = {"ours_slot": lambda: ext.attention(qo, kl[rot.next()], vl[rot.turn], out["ours_slot"], SMAX, ws, seqlens)}
-    for sk in split_keys:  # planned (and captured) under the option, then the defaults again
-        ext.set_decode_options(split_keys=sk)
-        name = f"ours_sk{sk}"
-        out[name] = torch.empty(B, 1, hq, D, device="cuda", dtype=dt)
-        wsk = torch.empty(max(1, ext.workspace_bytes(qo, kl[0], vl[0], out[name], SMAX, seqlens)), dtype=torch.uint8,
-                          device="cuda")
-        fns[name] = with_split_keys(ext, sk, lambda o=out[name], w=wsk: ext.attention(
-            qo, kl[rot.next()], vl[rot.turn], o, SMAX, w, seqlens))
+    fns = {}
+    for name, opts in [("ours_slot", {})] + variants:  # each planned (and captured) under its options
+        out.setdefault(name, torch.empty(B, 1, hq, D, device="cuda", dtype=dt))
+        ext.set_decode_options(**opts)
+        pl = ext.plan(qo, kl[0], vl[0], out[name], SMAX, seqlens)
+        r["plan_" + name] = (f"{pl['kernel']} t{pl['mma_tiles']} w{pl['mma_warps']} s{pl['splits']}"
+                             + (" cl" if pl["cluster"] else "")
+                             + (f" bal{pl['balance_grid']}" if pl.get("balance_grid") else ""))
+        ws = torch.empty(max(1, ext.workspace_bytes(qo, kl[0], vl[0], out[name], SMAX, seqlens)), dtype=torch.uint8,
+                         device="cuda")
         ext.set_decode_options()
+        fns[name] = knob_call(ext, opts, lambda o=out[name], w=ws: ext.attention(
+            qo, kl[rot.next()], vl[rot.turn], o, SMAX, w, seqlens))
     # Padded SDPA: [B, Hkv, max_len, D] views of the same slots (the padding holds other keys: timing only).
     kp = [x[:max(lens)].permute(1, 2, 0, 3) for x in kl]
     vp = [x[:max(lens)].permute(1, 2, 0, 3) for x in vl]
@@ -95,28 +87,40 @@ def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, split_keys=(), uniform=None
     best = best_replay(graphs, reps, iters)
     for name in graphs:
         r[name + "_us"] = round(best[name], 2)
+    for name in out:  # every variant's last call read the same copy: its output against the plan before balancing
+        if name != "ours_off" and "ours_off" in out:
+            r["maxdiff_" + name] = float((out[name].float() - out["ours_off"].float()).abs().max())
     if "ours_slot" in best:
         r["read_gbs"] = round(read_bytes / best["ours_slot"] / 1e3)
         r["pct_copy"] = round(100 * r["read_gbs"] / copy_gbs, 1)
-    for sk in split_keys:
-        if f"ours_sk{sk}" in best:
-            r[f"pct_copy_sk{sk}"] = round(100 * read_bytes / best[f"ours_sk{sk}"] / 1e3 / copy_gbs, 1)
+    for name, _ in variants:
+        if name in best:
+            r["pct_copy_" + name[5:]] = round(100 * read_bytes / best[name] / 1e3 / copy_gbs, 1)
     sdpa = [(best[x], x) for x in graphs if x.startswith("sdpa_")]
     if sdpa and "ours_slot" in best:
         r["sdpa_padded_best"], r["sdpa_padded_us"] = min(sdpa)[1], round(min(sdpa)[0], 2)
         r["ours_vs_padded"] = round(best["ours_slot"] / min(sdpa)[0], 3)
-    del graphs, fns, kl, vl, kp, vp, ws
+    del graphs, fns, kl, vl, kp, vp
     torch.cuda.empty_cache()
     return r
+
+
+def ints(flag):
+    return [int(x) for x in sys.argv[sys.argv.index(flag) + 1].split(",")] if flag in sys.argv else []
 
 
 def main():
     out_path = sys.argv[1]
     reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
-    split_keys = ([int(x) for x in sys.argv[sys.argv.index("--split-keys") + 1].split(",")]
-                  if "--split-keys" in sys.argv else [])
-    uniform = [int(x) for x in sys.argv[sys.argv.index("--uniform") + 1].split(",")] if "--uniform" in sys.argv else []
-    ext = build.load()
+    variants = ([("ours_off", {"balance": -1})] + [(f"ours_sk{k}", {"split_keys": k}) for k in ints("--split-keys")]
+                + [(f"ours_bal{n}", {"balance": n}) for n in ints("--balance")])
+    uniform, uniform_batches = ints("--uniform"), ints("--uniform-batches") or [16, 32, 64]
+    if "--capi" in sys.argv:
+        from pvt_capi import CApi
+        ext = CApi()
+    else:
+        import build
+        ext = build.load()
     torch.manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     copy_gbs = copy_rate()
@@ -124,11 +128,10 @@ def main():
             "reps": reps, "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
     rows = []
     for fam, hq, hkv, D in SHAPES:
-        for B in (16, 32, 64):
-            for u in [None] + uniform:
-                r = row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, split_keys, u)
-                rows.append(r)
-                print(json.dumps(r), flush=True)
+        for B, u in [(B, None) for B in (16, 32, 64)] + [(B, u) for u in uniform for B in uniform_batches]:
+            r = row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, variants, u)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
     head["rows"] = rows
     with open(out_path, "w") as f:
         json.dump(head, f, indent=1)

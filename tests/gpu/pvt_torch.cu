@@ -52,7 +52,7 @@ void* stream() { return at::cuda::getCurrentCUDAStream().stream(); }
 pvt::DecodeOptions g_options;
 
 void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_warps, bool no_pdl, bool no_cluster,
-                        int64_t mma_blocks_per_sm, int64_t mma_row_tiles, int64_t split_keys) {
+                        int64_t mma_blocks_per_sm, int64_t mma_row_tiles, int64_t split_keys, int64_t balance) {
   pvt::DecodeOptions o;
   o.splits = splits;
   o.no_mma = no_mma;
@@ -63,6 +63,7 @@ void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_w
   o.mma_blocks_per_sm = static_cast<int>(mma_blocks_per_sm);
   o.mma_row_tiles = static_cast<int>(mma_row_tiles);
   o.split_keys = split_keys;
+  o.balance = static_cast<int>(balance);
   check(pvt::decode_plan::check_options(o));
   g_options = o;
 }
@@ -78,6 +79,7 @@ pybind11::dict decode_options() {
   d["mma_blocks_per_sm"] = g_options.mma_blocks_per_sm;
   d["mma_row_tiles"] = g_options.mma_row_tiles;
   d["split_keys"] = g_options.split_keys;
+  d["balance"] = g_options.balance;
   return d;
 }
 
@@ -186,6 +188,7 @@ pybind11::dict plan(const torch::Tensor& q, const torch::Tensor& k, const torch:
   d["mma_warps"] = pl.mma_warps;
   d["splits"] = pl.splits;
   d["cluster"] = pl.cluster;
+  d["balance_grid"] = pl.balance_grid;
   d["workspace_bytes"] = pl.workspace_bytes;
   return d;
 }
@@ -402,6 +405,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("mma_warps") = defaults.mma_warps, pybind11::arg("no_pdl") = defaults.no_pdl,
         pybind11::arg("no_cluster") = defaults.no_cluster, pybind11::arg("mma_blocks_per_sm") = defaults.mma_blocks_per_sm,
         pybind11::arg("mma_row_tiles") = defaults.mma_row_tiles,
-        pybind11::arg("split_keys") = defaults.split_keys);
+        pybind11::arg("split_keys") = defaults.split_keys, pybind11::arg("balance") = defaults.balance);
   m.def("decode_options", &decode_options);
 }

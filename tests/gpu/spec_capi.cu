@@ -4,6 +4,7 @@
 // 2026-12-01 20:48 UTC). Every function returns 0 or a nonzero code with pvt_capi_error() saying why.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -77,8 +78,8 @@ int64_t pvt_capi_mapped_bytes_total(int device) {
   return static_cast<int64_t>(pvt::memory_stats(pvt::Device::cuda(device)).mapped_bytes);
 }
 
-// ints: splits, no_mma, mma_mha, mma_warps, no_pdl, no_cluster, mma_blocks_per_sm, split_keys, mma_row_tiles
-// (pvt::DecodeOptions).
+// ints: splits, no_mma, mma_mha, mma_warps, no_pdl, no_cluster, mma_blocks_per_sm, split_keys, mma_row_tiles,
+// balance (pvt::DecodeOptions).
 int pvt_capi_set_decode_options(const int64_t* ints) {
   pvt::DecodeOptions o;
   o.splits = ints[0];
@@ -90,6 +91,7 @@ int pvt_capi_set_decode_options(const int64_t* ints) {
   o.mma_blocks_per_sm = static_cast<int>(ints[6]);
   o.split_keys = ints[7];
   o.mma_row_tiles = static_cast<int>(ints[8]);
+  o.balance = static_cast<int>(ints[9]);
   const pvt::Status s = pvt::decode_plan::check_options(o);
   if (!s.ok()) return status(s);
   g_options = o;
@@ -102,6 +104,20 @@ int pvt_capi_attention_workspace(const int64_t* dims, void* const* ptrs, const i
   const pvt::Status s = pvt::check_decode_attention_params(p);
   if (!s.ok()) return status(s);
   *bytes = static_cast<int64_t>(pvt::decode_attention_cuda_workspace_bytes(p));
+  return 0;
+}
+
+// The plan attention would launch (pvt_torch's plan): out = mma kernel, rows kernel, M-tiles, warps, splits,
+// cluster, balanced grid (0: not balanced), workspace bytes.
+int pvt_capi_plan(const int64_t* dims, void* const* ptrs, const int64_t* strides, int64_t* out) {
+  auto p = attention_params(dims, ptrs, strides);
+  p.options = &g_options;
+  pvt::decode_plan::Plan pl;
+  const pvt::Status s = pvt::decode_attention_cuda_plan(p, &pl);
+  if (!s.ok()) return status(s);
+  const int64_t v[] = {pl.mma_kernel,  pl.rows_kernel, pl.mma_tiles,    pl.mma_warps,
+                       pl.splits,      pl.cluster,     pl.balance_grid, static_cast<int64_t>(pl.workspace_bytes)};
+  std::copy(v, v + 8, out);
   return 0;
 }
 

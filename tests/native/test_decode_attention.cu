@@ -4,15 +4,16 @@
 //   {fp16, bf16, fp32}, head_dim 128; plus Tq > 1 (causal and masked), bool/float masks, other
 //   head dims (the 16-byte path with idle lanes, two chunks per lane, the scalar fallback), strided
 //   K/V, a K/V read straight from a SeqMajorCache (VM-mapped memory), the error statuses, and the
-//   split count's multiply-and-shift division (SplitCount). Each case runs in several passes (the plan,
-//   forced split counts and block sizes, and with its inputs written late by the kernel ahead: the
-//   programmatic launch's wait). The tensor-core kernel's families: 17-128 rows per kv head (row groups
+//   split count's multiply-and-shift division (SplitCount), balanced splits over skewed per-slot lengths
+//   (test_balanced; --balanced-only runs them and the per-slot cases balanced). Each case runs in several
+//   passes (the plan, forced split counts and block sizes, and with its inputs written late by the kernel
+//   ahead: the programmatic launch's wait). The tensor-core kernel's families: 17-128 rows per kv head (row groups
 //   of 1 or 2 M-tiles as planned; 2, 4, 8 M-tiles a block forced) and head_dim 64, 80, 96, 128, 256,
 //   seq-major and per slot, each plan checked to be that kernel.
 //   Bandwidth: context {1k, 4k, 16k, 64k} x batch {1, 8}, 32 heads x 128 head_dim fp16, K/V in
 //   SeqMajorCaches; bytes of K+V read / kernel time, next to a device-to-device copy's bandwidth.
-// Usage: test_decode_attention [--no-bench | --bench-only | --families-only]. Prints PASS/FAIL lines, "info bench ..."
-// lines, and "N passed, M failed"; exits non-zero on any failure.
+// Usage: test_decode_attention [--no-bench | --bench-only | --families-only | --balanced-only]. Prints PASS/FAIL
+// lines, "info bench ..." lines, and "N passed, M failed"; exits non-zero on any failure.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -387,6 +388,7 @@ struct VarlenCase {
   std::vector<int32_t> mapped;    // kv_mapped per slot (empty: none given)
   bool slot_major = true;         // [slots, Smax, H, D] storage; false: seq-major [Smax, slots, H, D]
   int row_tiles = 0;              // DecodeOptions::mma_row_tiles for this case (0: the plan's)
+  int want_balanced = -1;         // 1 / 0: the plan must (not) be balanced (Plan::balance_blocks); -1: either
 };
 
 void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t stream) {
@@ -491,6 +493,14 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
   DevBuf ws(wsb);
   p.workspace = wsb ? ws.ptr : nullptr;
   p.workspace_bytes = wsb;
+  if (c.want_balanced >= 0) {
+    decode_plan::Plan plan;
+    if (!r.ok(decode_attention_cuda_plan(p, &plan), c.name + ".plan")) return;
+    if (!r.check((plan.balance_blocks > 0) == (c.want_balanced == 1), c.name + ".balanced_plan",
+                 "balance_blocks " + std::to_string(plan.balance_blocks))) {
+      return;
+    }
+  }
   if (!r.ok(decode_attention_cuda(p, stream), c.name + ".launch")) return;
   const cudaError_t e = cudaStreamSynchronize(stream);
   if (!r.check(e == cudaSuccess, c.name + ".sync", cudaGetErrorString(e))) return;
@@ -566,6 +576,54 @@ void test_varlen(Report& r, std::mt19937& rng, cudaStream_t stream) {
     c.name = g_mode + "varlen." + c.name;
     run_varlen(r, c, rng, stream);
   }
+}
+
+// Balanced splits (decode_attention_balance_cuda.cuh): per-slot batches of skewed lengths, most short, a few
+// long, with empty and one-key slots, out-of-order slots, packed causal queries (Tq up to 4, entries with no
+// query), a slot refused past its mapped tokens, row groups (Falcon 71/1) and head dims 64-256, fp16 and bf16;
+// each under the plan's own choice, balanced with budgets of 1 and 4 blocks an SM (1: split sizes above the
+// least, found by the device's bisection) and balanced off, against the host kernel (run_varlen).
+VarlenCase skewed(std::mt19937& rng, const std::string& name, int64_t slots, int64_t Smax, int64_t Hq, int64_t Hkv,
+                  int64_t D, ScalarType dt, int64_t q_len) {
+  VarlenCase c{name, slots, Smax, Hq, Hkv, D, dt, {}, {}, {}, q_len, Smax, {}, true};
+  std::uniform_int_distribution<int32_t> shortlen(2, 700), longlen(static_cast<int32_t>(Smax / 2),
+                                                                   static_cast<int32_t>(Smax - q_len));
+  std::uniform_int_distribution<int32_t> queries(q_len > 1 ? 0 : 1, static_cast<int32_t>(q_len));
+  for (int64_t b = 0; b < slots; ++b) {
+    c.seqlens.push_back(b == 0 ? 0 : b == 1 ? 1 : b % 4 == 3 ? longlen(rng) : shortlen(rng));
+    c.slot_of.push_back(static_cast<int32_t>(b));
+    c.q_counts.push_back(b < 2 ? 1 : queries(rng));
+  }
+  std::shuffle(c.slot_of.begin(), c.slot_of.end(), rng);  // every slot once, out of order
+  return c;
+}
+
+void test_balanced(Report& r, std::mt19937& rng, cudaStream_t stream) {
+  const ScalarType f16 = ScalarType::kFloat16, bf16 = ScalarType::kBFloat16;
+  std::vector<VarlenCase> cs = {
+      skewed(rng, "qwen28_4.d128.fp16", 29, 4100, 28, 4, 128, f16, 1),
+      skewed(rng, "llama32_8.d128.bf16", 21, 3000, 32, 8, 128, bf16, 1),
+      skewed(rng, "causal_tq4.gqa16_2.d96.fp16", 14, 2600, 16, 2, 96, f16, 4),
+      skewed(rng, "gqa8_2.d64.bf16", 37, 2300, 8, 2, 64, bf16, 1),
+      skewed(rng, "gemma8_1.d256.bf16", 9, 2200, 8, 1, 256, bf16, 1),
+      skewed(rng, "falcon71_1.d64.fp16", 6, 2100, 71, 1, 64, f16, 1),
+      skewed(rng, "causal_tq2.gqa32_4.d80.bf16", 11, 2050, 32, 4, 80, bf16, 2),
+  };
+  VarlenCase refused = skewed(rng, "refused_mapped.gqa8_2.d128.fp16", 10, 2500, 8, 2, 128, f16, 1);
+  refused.mapped.assign(10, 2500);
+  refused.mapped[refused.slot_of[3]] = refused.seqlens[refused.slot_of[3]];  // its one new key is not mapped
+  cs.push_back(refused);
+  struct Pass { const char* prefix; int balance, want; };
+  for (const Pass& pass : {Pass{"auto.", 0, -1}, Pass{"budget1.", 1, 1}, Pass{"budget4.", 4, 1}, Pass{"off.", -1, 0}}) {
+    g_options = DecodeOptions{};
+    g_options.balance = pass.balance;
+    for (VarlenCase c : cs) {
+      c.name = std::string("balanced.") + pass.prefix + c.name;
+      c.want_balanced = pass.want;
+      run_varlen(r, c, rng, stream);
+    }
+  }
+  g_options = DecodeOptions{};
 }
 
 // K/V that live in SeqMajorCaches (VM-mapped, filled by append_tokens_cuda), checked against the
@@ -794,7 +852,9 @@ void bench(Report& r, cudaStream_t stream) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   g_families_only = mode == "--families-only";
-  const bool run_tests = mode != "--bench-only", run_bench = mode != "--no-bench" && !g_families_only;
+  const bool balanced_only = mode == "--balanced-only";
+  const bool run_tests = mode != "--bench-only" && !balanced_only;
+  const bool run_bench = mode != "--no-bench" && !g_families_only && !balanced_only;
   Report r;
   cudaDeviceProp prop;
   if (!r.check(cudaGetDeviceProperties(&prop, 0) == cudaSuccess, "runtime.device")) return r.finish();
@@ -802,6 +862,13 @@ int main(int argc, char** argv) {
   cudaStream_t stream = nullptr;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   std::mt19937 rng(7);
+  if (balanced_only) {  // the balanced cases, then every per-slot case with balanced splits forced
+    test_balanced(r, rng, stream);
+    g_mode = "balance4.";
+    g_options.balance = 4;
+    test_varlen(r, rng, stream);
+    return r.finish();
+  }
   if (run_tests) {
     // Passes over the same cases, one per way the splits are finished and per block size of the
     // tensor-core kernel: the plan's own choice (clusters on Hopper where the splits fit one), the
@@ -836,6 +903,7 @@ int main(int argc, char** argv) {
     g_options = DecodeOptions{};
     g_mode.clear();
     g_late_inputs = false;
+    test_balanced(r, rng, stream);
     test_in_cache(r, rng, stream);
     test_errors(r);
     test_split_count(r, rng);

@@ -73,11 +73,11 @@ const Case kCases[] = {
     {"table", 1, 8, 16384, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 2, 8192, 256, 0, 0, 4, 0, 1, 266240, 0}},
     {"table", 1, 8, 16384, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 2, 8192, 256, 0, 0, 4, 0, 1, 266240, 0}},
     {"table", 1, 8, 16384, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 8192, 256, 0, 1, 4, 0, 1, 266240, 1}},
-    {"table", 1, 8, 16384, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 8192, 256, 0, 1, 4, 0, 1, 266240, 1}},
+    {"table", 1, 8, 16384, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 26, 631, 256, 0, 1, 4, 0, 1, 3461136, 0}, 1},
     {"table", 1, 8, 65536, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 2, 32768, 256, 0, 0, 4, 0, 1, 266240, 0}},
     {"table", 1, 8, 65536, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 2, 32768, 256, 0, 0, 4, 0, 1, 266240, 0}},
     {"table", 1, 8, 65536, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 32768, 256, 0, 1, 4, 0, 1, 266240, 1}},
-    {"table", 1, 8, 65536, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 32768, 256, 0, 1, 4, 0, 1, 266240, 1}},
+    {"table", 1, 8, 65536, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 26, 2521, 256, 0, 1, 4, 0, 1, 3461136, 0}, 1},
     {"table", 1, 32, 1024, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 1024, 1024, 0, 0, 4, 0, 1, 0, 0}},
     {"table", 1, 32, 1024, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 1024, 1024, 0, 0, 4, 0, 1, 0, 0}},
     {"table", 1, 32, 1024, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 1024, 1024, 0, 1, 4, 0, 1, 0, 0}},
@@ -89,11 +89,11 @@ const Case kCases[] = {
     {"table", 1, 32, 16384, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 16384, 1024, 0, 0, 4, 0, 1, 0, 0}},
     {"table", 1, 32, 16384, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 16384, 1024, 0, 0, 4, 0, 1, 0, 0}},
     {"table", 1, 32, 16384, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 16384, 1024, 0, 1, 4, 0, 1, 0, 0}},
-    {"table", 1, 32, 16384, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 16384, 1024, 0, 1, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 16384, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 32, 512, 1024, 0, 1, 4, 0, 1, 17039376, 0}, 1},
     {"table", 1, 32, 65536, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 65536, 1024, 0, 0, 4, 0, 1, 0, 0}},
     {"table", 1, 32, 65536, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 65536, 1024, 0, 0, 4, 0, 1, 0, 0}},
     {"table", 1, 32, 65536, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 65536, 1024, 0, 1, 4, 0, 1, 0, 0}},
-    {"table", 1, 32, 65536, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 65536, 1024, 0, 1, 4, 0, 1, 0, 0}},
+    {"table", 1, 32, 65536, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 35, 1873, 1024, 0, 1, 4, 0, 1, 18636816, 0}, 1},
     {"gqa_no_mma", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "no_mma", 1, {1, 8, 16, 1, 4, 1, 32, 128, 32, 1, 0, 4, 0, 1, 532480, 0}},
     {"gqa_no_mma_b8", 1, 8, 16384, 32, 8, 128, 1, 0, 0, 0, "no_mma", 1, {1, 8, 16, 1, 4, 1, 12, 1366, 256, 1, 0, 4, 0, 1, 1597440, 0}},
     {"gqa_warps4", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "mma_warps", 4, {1, 8, 16, 1, 16, 1, 16, 256, 32, 0, 1, 4, 0, 1, 266240, 1}},
@@ -171,6 +171,7 @@ DecodeOptions options_for(const Case& c) {
   if (n == "mma_blocks_per_sm") o.mma_blocks_per_sm = static_cast<int>(c.value);
   if (n == "mma_row_tiles") o.mma_row_tiles = static_cast<int>(c.value);
   if (n == "split_keys") o.split_keys = c.value;
+  if (n == "balance") o.balance = static_cast<int>(c.value);
   return o;
 }
 
@@ -375,6 +376,61 @@ void test_split_keys(Report& r) {
   r.code(plan_case(many, &o, &plan), Code::kInvalidArgument, "split_keys.too_many_splits");
 }
 
+// Balanced splits (decode_attention_balance_plan.h): which plans take them (per-slot GQA tensor-core plans of
+// 2..kBalanceMaxBatch entries and kBalanceMinUnits or more blocks a split under a bound of kBalanceMinBound
+// keys or more where an entry can get two splits; forced by DecodeOptions::balance >= 1 wherever they apply,
+// MQA and MHA too; never with split_keys, forced splits or balance -1), and the budget (2, 4, 8 blocks an SM
+// as a split of every entry takes up to 1, 2, 4 an SM), grid, depth and workspace on the 132-SM device.
+void test_balance(Report& r) {
+  struct Want { const char* name; int64_t B, S, Hq, Hkv, D, Tq; int slot; const char* option; int64_t value;
+                int64_t budget, grid, depth; };  // budget 0: not balanced
+  const Want wants[] = {
+      {"qwen2_b16_16k", 16, 16448, 28, 4, 128, 1, 1, "", 0, 264, 264, 33},
+      {"llama3_b32_16k", 32, 16448, 32, 8, 128, 1, 1, "", 0, 528, 528, 33},
+      {"llama3_b64_16k", 64, 16448, 32, 8, 128, 1, 1, "", 0, 1056, 1056, 33},
+      {"llama3_b64_16k_budget4", 64, 16448, 32, 8, 128, 1, 1, "balance", 4, 528, 528, 3},
+      {"llama3_b32_4k_budget2", 32, 4096, 32, 8, 128, 1, 1, "balance", 2, 264, 264, 2},
+      {"causal_tq4_b8_8k", 8, 8192, 32, 8, 128, 4, 1, "", 0, 264, 264, 16},
+      {"falcon71_b64_32k_forced", 64, 32768, 71, 1, 64, 1, 1, "balance", 4, 528, 528, 42},
+      {"b1_forced", 1, 8192, 32, 8, 128, 1, 1, "balance", 4, 528, 528, 16},
+      {"b256_forced_one_split_each", 256, 4096, 32, 8, 128, 1, 1, "balance", 4, 528, 2048, 1},
+      {"s1k_forced", 8, 1024, 32, 8, 128, 1, 1, "balance", 1, 132, 132, 2},
+      {"mha_mma_forced", 8, 4096, 32, 32, 128, 1, 1, "balance", 2, 264, 264, 1},
+      {"falcon71_b64_32k_auto", 64, 32768, 71, 1, 64, 1, 1, "", 0, 0, 0, 0},
+      {"mha_mma_auto", 8, 4096, 32, 32, 128, 1, 1, "", 0, 0, 0, 0},
+      {"llama3_b4_16k_auto", 4, 16448, 32, 8, 128, 1, 1, "", 0, 0, 0, 0},
+      {"llama3_b8_4k_auto", 8, 4096, 32, 8, 128, 1, 1, "", 0, 0, 0, 0},
+      {"b1_auto", 1, 8192, 32, 8, 128, 1, 1, "", 0, 0, 0, 0},
+      {"b256_auto", 256, 16448, 32, 8, 128, 1, 1, "", 0, 0, 0, 0},
+      {"b257_forced", 257, 4096, 32, 8, 128, 1, 1, "balance", 4, 0, 0, 0},
+      {"seq_major", 16, 16448, 28, 4, 128, 1, 0, "balance", 4, 0, 0, 0},
+      {"mha_one_row", 16, 16448, 32, 32, 128, 1, 1, "balance", 4, 0, 0, 0},
+      {"off", 16, 16448, 28, 4, 128, 1, 1, "balance", -1, 0, 0, 0},
+      {"split_keys", 16, 16448, 28, 4, 128, 1, 1, "split_keys", 2048, 0, 0, 0},
+      {"splits", 16, 16448, 28, 4, 128, 1, 1, "splits", 4, 0, 0, 0},
+  };
+  for (const Want& w : wants) {
+    const Case c{w.name, 1, w.B, w.S, w.Hq, w.Hkv, w.D, w.Tq, w.slot, 0, 0, w.option, w.value, {}, 1};
+    const DecodeOptions o = options_for(c);
+    const std::string n = "balance." + name_of(c);
+    Plan plan;
+    if (!r.ok(plan_case(c, c.option[0] ? &o : nullptr, &plan), n + ".plan")) continue;
+    r.eq(plan.balance_blocks, w.budget, n + ".budget");
+    if (w.budget == 0) continue;
+    r.eq(plan.balance_grid, w.grid, n + ".grid");
+    r.eq(plan.splits, w.depth, n + ".depth");
+    r.eq(plan.cluster, false, n + ".no_cluster");
+    r.eq(plan.mma_sm_exclusive, false, n + ".two_an_sm");
+    r.eq(plan.mma_warps, plan.mma_tiles > 1 ? 8 : 4, n + ".warps");
+    r.eq(plan.balance_wave, plan.mma_warps == 8 ? 132 : 264, n + ".wave");  // the instance's residency x SMs
+    const size_t partials = static_cast<size_t>(w.depth * w.B * w.Hq * w.Tq * (w.D + 2) * 4);
+    r.eq(plan.workspace_bytes, w.depth > 1 ? partials + 16 : size_t{0}, n + ".workspace_bytes");
+  }
+  DecodeOptions o;
+  o.balance = -2;
+  r.code(check_options(o), Code::kInvalidArgument, "balance.below_minus_one");
+}
+
 }  // namespace
 
 int main() {
@@ -384,5 +440,6 @@ int main() {
   test_cluster_fit(r);
   test_two_per_sm(r);
   test_split_keys(r);
+  test_balance(r);
   return r.finish();
 }
