@@ -162,6 +162,20 @@ int choose_row_tiles(const DecodeAttentionParams& p, int64_t R, int64_t entries,
   return base * ((p.kv_len + keys - 1) / keys) <= sms && keys <= kEightWarpsMaxKeys ? 1 : 2;
 }
 
+// The row-owning tensor-core kernel (decode_attention_mma_rows_cuda.cuh) for R query rows per kv head,
+// and its warps (one M-tile each): 0 where the key-slice kernel runs instead. Forced by
+// DecodeOptions::mma_row_warps; never with split_keys (the batch-invariant plan is the key-slice
+// kernel's) or where the key-slice kernel's M-tiles are forced (mma_row_tiles). By default from
+// kMmaRowsMinRows rows on: 2 warps for up to 32 rows, else 4 (64 rows a block, more row groups past that).
+constexpr int64_t kMmaRowsMinRows = 32;
+int choose_rows_warps(const DecodeAttentionParams& p, int64_t R) {
+  const DecodeOptions& o = options_of(p);
+  if (o.split_keys > 0 || o.mma_row_warps < 0) return 0;
+  if (o.mma_row_warps > 0) return o.mma_row_warps;
+  if (o.mma_row_tiles > 0 || R < kMmaRowsMinRows) return 0;
+  return R <= 32 ? 2 : 4;
+}
+
 // Short contexts on a small grid: the splits of each (entry, kv head, row group) as one full cluster of
 // `limit` blocks of at least kFullClusterMinKeys keys each, rather than fewer, longer splits
 // (kMinKeysPerSplit stops B=1 S=512 at 4 splits of 128 keys) or more, shorter ones merged by the second
@@ -194,8 +208,10 @@ bool two_row_tiles_per_sm(const Plan& plan, const KernelOccupancy& occ) {
 // kDriver where the plan's tensor-core instance (its warps and M-tiles) cannot be resident on this device.
 Status check_mma_resident(const DecodeAttentionParams& p, const Plan& plan, const KernelOccupancy& occupancy) {
   if (occupancy.mma_resident[plan.mma_warps == 8 ? 1 : 0] != 0) return Status::Ok();
+  const int D = static_cast<int>(p.head_dim);
   return Status(Code::kDriver, "decode_attention_cuda: the tensor-core kernel cannot be resident (" +
-                                   std::to_string(mma_smem_bytes(static_cast<int>(p.head_dim), plan.mma_warps, plan.mma_tiles)) +
+                                   std::to_string(plan.mma_rows ? mma_rows_smem_bytes(D, plan.mma_warps)
+                                                                : mma_smem_bytes(D, plan.mma_warps, plan.mma_tiles)) +
                                    " bytes of shared memory)");
 }
 
@@ -246,7 +262,11 @@ Status check_options(const DecodeOptions& o) {
                       std::to_string(kSplitKeysUnit) + " and cannot be combined with splits; got split_keys " +
                       std::to_string(o.split_keys) + ", splits " + std::to_string(o.splits));
   }
-  const int t = o.mma_row_tiles;
+  const int t = o.mma_row_tiles, rw = o.mma_row_warps;
+  if (rw != 0 && rw != -1 && rw != 2 && rw != 4 && rw != 8) {
+    return Status(Code::kInvalidArgument, "decode_attention_cuda: options.mma_row_warps must be 0, -1, 2, 4 or 8; got " +
+                                              std::to_string(rw));
+  }
   if (o.splits < 0 || (o.mma_warps != 0 && o.mma_warps != 4 && o.mma_warps != 8) || o.mma_blocks_per_sm < 1 ||
       (t != 0 && t != 1 && t != 2 && t != 4 && t != 8)) {
     return Status(Code::kInvalidArgument,
@@ -309,7 +329,10 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
     plan.mma_kernel = mma;
     plan.lanes = static_cast<int>(key_chunks);
     plan.chunks = 1;
-    plan.mma_tiles = mma ? choose_row_tiles(p, R, entries, plan.sms) : 1;
+    const int rows_warps = mma ? choose_rows_warps(p, R) : 0;
+    plan.mma_rows = rows_warps > 0;
+    if (plan.mma_rows) plan.mma_warps = rows_warps;
+    plan.mma_tiles = plan.mma_rows ? rows_warps : mma ? choose_row_tiles(p, R, entries, plan.sms) : 1;
     plan.rows = mma ? kMmaMaxRows * plan.mma_tiles : kWarps;
   }
   plan.row_groups = (R + plan.rows - 1) / plan.rows;
@@ -320,7 +343,18 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
 Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan) {
   const DecodeOptions& o = options_of(p);
   if (o.split_keys > 0) return plan_fixed_splits(p, occupancy, plan);
-  if (plan->mma_kernel) {
+  if (plan->mma_rows) {
+    // The row-owning kernel: its warps are fixed by plan_kernel; one wave of its resident blocks (its
+    // occupancy in the slot of its warps), then the key-slice kernel's cluster rules.
+    const int w = plan->mma_warps == 8 ? 1 : 0;
+    PVT_RETURN_IF_ERROR(check_mma_resident(p, *plan, occupancy));
+    plan_splits(p, plan, occupancy.mma_resident[w]);
+    if (!o.no_cluster) {
+      fill_cluster(p, plan, occupancy.mma_cluster_limit[w], occupancy.mma_max_clusters[w]);
+      plan_cluster(p, plan, occupancy.mma_cluster_limit[w], occupancy.mma_max_clusters[w]);
+    }
+    plan->mma_sm_exclusive = mma_one_block_an_sm(p, *plan);
+  } else if (plan->mma_kernel) {
     // One block per SM, not the 2 resident ones of the 4-warp kernel: on the H200 (GQA 32/8, fp16)
     // that was as fast or faster on all 12 shapes of B x S, up to 9% (B = 1, S = 16k); fewer, longer
     // blocks keep their tile pipeline full and leave half the partials to merge.

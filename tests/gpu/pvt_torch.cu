@@ -52,7 +52,7 @@ void* stream() { return at::cuda::getCurrentCUDAStream().stream(); }
 pvt::DecodeOptions g_options;
 
 void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_warps, bool no_pdl, bool no_cluster,
-                        int64_t mma_blocks_per_sm, int64_t mma_row_tiles, int64_t split_keys) {
+                        int64_t mma_blocks_per_sm, int64_t mma_row_tiles, int64_t split_keys, int64_t mma_row_warps) {
   pvt::DecodeOptions o;
   o.splits = splits;
   o.no_mma = no_mma;
@@ -63,6 +63,7 @@ void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_w
   o.mma_blocks_per_sm = static_cast<int>(mma_blocks_per_sm);
   o.mma_row_tiles = static_cast<int>(mma_row_tiles);
   o.split_keys = split_keys;
+  o.mma_row_warps = static_cast<int>(mma_row_warps);
   check(pvt::decode_plan::check_options(o));
   g_options = o;
 }
@@ -78,6 +79,7 @@ pybind11::dict decode_options() {
   d["mma_blocks_per_sm"] = g_options.mma_blocks_per_sm;
   d["mma_row_tiles"] = g_options.mma_row_tiles;
   d["split_keys"] = g_options.split_keys;
+  d["mma_row_warps"] = g_options.mma_row_warps;
   return d;
 }
 
@@ -180,7 +182,7 @@ pybind11::dict plan(const torch::Tensor& q, const torch::Tensor& k, const torch:
   pvt::decode_plan::Plan pl;
   check(pvt::decode_attention_cuda_plan(params(q, k, v, out, kv_len, cache_seqlens, kv_batch_index, cu_seqlens_q, lse, q_len), &pl));
   pybind11::dict d;
-  d["kernel"] = pl.mma_kernel ? "mma" : pl.rows_kernel ? "rows" : "one_row";
+  d["kernel"] = pl.mma_rows ? "mma_rows" : pl.mma_kernel ? "mma" : pl.rows_kernel ? "rows" : "one_row";
   d["mma_tiles"] = pl.mma_tiles;
   d["row_groups"] = pl.row_groups;
   d["mma_warps"] = pl.mma_warps;
@@ -216,6 +218,28 @@ pybind11::list mma_probe() {
         d["max_clusters"] = std::vector<int>(f.max_clusters + 2, f.max_clusters + pvt::decode_plan::kMaxClusterSplits + 1);
         out.append(d);
       }
+  for (int D : {64, 80, 96, 128, 256})  // the row-owning kernel's instances (tiles: "rows")
+    for (int warps : {2, 4, 8}) {
+      dc::MmaFacts f;
+      switch (D) {
+        case 64: f = dc::mma_rows_facts<64>(pvt::ScalarType::kFloat16, warps); break;
+        case 80: f = dc::mma_rows_facts<80>(pvt::ScalarType::kFloat16, warps); break;
+        case 96: f = dc::mma_rows_facts<96>(pvt::ScalarType::kFloat16, warps); break;
+        case 128: f = dc::mma_rows_facts<128>(pvt::ScalarType::kFloat16, warps); break;
+        default: f = dc::mma_rows_facts<256>(pvt::ScalarType::kFloat16, warps); break;
+      }
+      if (!f.exists) continue;
+      pybind11::dict d;
+      d["head_dim"] = D;
+      d["warps"] = warps;
+      d["tiles"] = "rows";
+      d["sm80"] = f.sm80;
+      d["resident"] = f.resident;
+      d["cluster_limit"] = f.cluster_limit;
+      d["query_error"] = f.query_error;
+      d["max_clusters"] = std::vector<int>(f.max_clusters + 2, f.max_clusters + pvt::decode_plan::kMaxClusterSplits + 1);
+      out.append(d);
+    }
   return out;
 }
 
@@ -402,6 +426,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("mma_warps") = defaults.mma_warps, pybind11::arg("no_pdl") = defaults.no_pdl,
         pybind11::arg("no_cluster") = defaults.no_cluster, pybind11::arg("mma_blocks_per_sm") = defaults.mma_blocks_per_sm,
         pybind11::arg("mma_row_tiles") = defaults.mma_row_tiles,
-        pybind11::arg("split_keys") = defaults.split_keys);
+        pybind11::arg("split_keys") = defaults.split_keys, pybind11::arg("mma_row_warps") = defaults.mma_row_warps);
   m.def("decode_options", &decode_options);
 }
