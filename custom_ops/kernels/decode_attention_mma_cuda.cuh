@@ -133,6 +133,31 @@ __device__ __forceinline__ void rescale_rows(float (&o)[NT][4], const float (&co
   }
 }
 
+// One n8 tile of scores, s += Q K^T over the head dim: the 8 keys whose rows in the swizzled tile sk this
+// lane's `key` names (lane & 7), Q's fragments from registers (qa, one per k16 step) or, at head_dim 256,
+// read from shared memory per step (q_frag). Shared by both tensor-core kernels.
+template <typename T, int KS, int CHS, bool kQInRegisters, int QN, class QFrag>
+__device__ __forceinline__ void qk_n8(float (&s)[4], const uint4* sk, int key, int lane, const uint32_t (&qa)[QN][4],
+                                      QFrag& q_frag) {
+#pragma unroll
+  for (int kp = 0; kp < KS; kp += 2) {  // two k16 steps per ldmatrix.x4: chunks 2kp .. 2kp + 3
+    uint32_t kf[4];
+    ldmatrix_x4(kf, sk + swz<CHS>(key, 2 * kp + (lane >> 3)));  // past D (odd KS): padding
+    if constexpr (kQInRegisters) {
+      mma_16816<T>(s, qa[kp], kf[0], kf[1]);
+      if (kp + 1 < KS) mma_16816<T>(s, qa[kp + 1], kf[2], kf[3]);
+    } else {
+      uint32_t qf[4];
+      q_frag(qf, kp);
+      mma_16816<T>(s, qf, kf[0], kf[1]);
+      if (kp + 1 < KS) {
+        q_frag(qf, kp + 1);
+        mma_16816<T>(s, qf, kf[2], kf[3]);
+      }
+    }
+  }
+}
+
 // The cp.async pipeline's prologue: tiles 0 .. STAGES - 2 in flight (load_tile(stage, tile) commits
 // its group), and one empty group for each stage past the last tile, so the wait counts stay the same.
 template <int STAGES, class Count, class LoadTile>
@@ -352,23 +377,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const int key = kw + nt * 8 + (lane & 7);
-#pragma unroll
-        for (int kp = 0; kp < KS; kp += 2) {  // two k16 steps per ldmatrix.x4: chunks 2kp .. 2kp + 3
-          uint32_t kf[4];
-          ldmatrix_x4(kf, sk(stage) + swz<CHS>(key, 2 * kp + (lane >> 3)));  // past D (odd KS): padding
-          if constexpr (kQInRegisters) {
-            mma_16816<T>(s[nt], qa[kp], kf[0], kf[1]);
-            if (kp + 1 < KS) mma_16816<T>(s[nt], qa[kp + 1], kf[2], kf[3]);
-          } else {
-            uint32_t qf[4];
-            q_frag(qf, kp);
-            mma_16816<T>(s[nt], qf, kf[0], kf[1]);
-            if (kp + 1 < KS) {
-              q_frag(qf, kp + 1);
-              mma_16816<T>(s[nt], qf, kf[2], kf[3]);
-            }
-          }
-        }
+        qk_n8<T, KS, CHS, kQInRegisters>(s[nt], sk(stage), key, lane, qa, q_frag);
       }
       // Online softmax of rows r0 (s[.][0..1]) and r0 + 8 (s[.][2..3]); lanes 4r..4r+3 share a row.
       // Visibility as a 32-bit count of the warp's 16 keys (a short block's cost is its instruction

@@ -106,24 +106,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
     for (int nt = 0; nt < KN; ++nt) {
       s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-      const int key = nt * 8 + (lane & 7);
-#pragma unroll
-      for (int kp = 0; kp < KS; kp += 2) {  // two k16 steps per ldmatrix.x4 (odd KS: padding past D)
-        uint32_t kf[4];
-        ldmatrix_x4(kf, sk(stage) + swz<CHS>(key, 2 * kp + (lane >> 3)));
-        if constexpr (kQInRegisters) {
-          mma_16816<T>(s[nt], qa[kp], kf[0], kf[1]);
-          if (kp + 1 < KS) mma_16816<T>(s[nt], qa[kp + 1], kf[2], kf[3]);
-        } else {
-          uint32_t qf[4];
-          q_frag(qf, kp);
-          mma_16816<T>(s[nt], qf, kf[0], kf[1]);
-          if (kp + 1 < KS) {
-            q_frag(qf, kp + 1);
-            mma_16816<T>(s[nt], qf, kf[2], kf[3]);
-          }
-        }
-      }
+      qk_n8<T, KS, CHS, kQInRegisters>(s[nt], sk(stage), nt * 8 + (lane & 7), lane, qa, q_frag);
     }
     float corr[2];
 #pragma unroll

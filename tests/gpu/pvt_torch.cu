@@ -192,53 +192,49 @@ pybind11::dict plan(const torch::Tensor& q, const torch::Tensor& k, const torch:
   return d;
 }
 
+// What the device says about one tensor-core instance, as a dict (tiles: the key-slice kernel's M-tiles, or
+// "rows" for the row-owning kernel).
+pybind11::dict facts_dict(const pvt::decode_cuda::MmaFacts& f, int D, int warps, pybind11::object tiles) {
+  pybind11::dict d;
+  d["head_dim"] = D;
+  d["warps"] = warps;
+  d["tiles"] = tiles;
+  d["sm80"] = f.sm80;
+  d["resident"] = f.resident;
+  d["cluster_limit"] = f.cluster_limit;
+  d["query_error"] = f.query_error;
+  d["max_clusters"] = std::vector<int>(f.max_clusters + 2, f.max_clusters + pvt::decode_plan::kMaxClusterSplits + 1);
+  return d;
+}
+
 pybind11::list mma_probe() {
   namespace dc = pvt::decode_cuda;
+  const pvt::ScalarType h = pvt::ScalarType::kFloat16;
   pybind11::list out;
   for (int D : {64, 80, 96, 128, 256})
     for (int tiles : {1, 2, 4, 8})
       for (int warps : {4, 8}) {
         dc::MmaFacts f;
         switch (D) {
-          case 64: f = dc::mma_facts<64>(pvt::ScalarType::kFloat16, warps, tiles); break;
-          case 80: f = dc::mma_facts<80>(pvt::ScalarType::kFloat16, warps, tiles); break;
-          case 96: f = dc::mma_facts<96>(pvt::ScalarType::kFloat16, warps, tiles); break;
-          case 128: f = dc::mma_facts<128>(pvt::ScalarType::kFloat16, warps, tiles); break;
-          default: f = dc::mma_facts<256>(pvt::ScalarType::kFloat16, warps, tiles); break;
+          case 64: f = dc::mma_facts<64>(h, warps, tiles); break;
+          case 80: f = dc::mma_facts<80>(h, warps, tiles); break;
+          case 96: f = dc::mma_facts<96>(h, warps, tiles); break;
+          case 128: f = dc::mma_facts<128>(h, warps, tiles); break;
+          default: f = dc::mma_facts<256>(h, warps, tiles); break;
         }
-        if (!f.exists) continue;
-        pybind11::dict d;
-        d["head_dim"] = D;
-        d["warps"] = warps;
-        d["tiles"] = tiles;
-        d["sm80"] = f.sm80;
-        d["resident"] = f.resident;
-        d["cluster_limit"] = f.cluster_limit;
-        d["query_error"] = f.query_error;
-        d["max_clusters"] = std::vector<int>(f.max_clusters + 2, f.max_clusters + pvt::decode_plan::kMaxClusterSplits + 1);
-        out.append(d);
+        if (f.exists) out.append(facts_dict(f, D, warps, pybind11::int_(tiles)));
       }
-  for (int D : {64, 80, 96, 128, 256})  // the row-owning kernel's instances (tiles: "rows")
+  for (int D : {64, 80, 96, 128, 256})  // the row-owning kernel's instances
     for (int warps : {2, 4, 8}) {
       dc::MmaFacts f;
       switch (D) {
-        case 64: f = dc::mma_rows_facts<64>(pvt::ScalarType::kFloat16, warps); break;
-        case 80: f = dc::mma_rows_facts<80>(pvt::ScalarType::kFloat16, warps); break;
-        case 96: f = dc::mma_rows_facts<96>(pvt::ScalarType::kFloat16, warps); break;
-        case 128: f = dc::mma_rows_facts<128>(pvt::ScalarType::kFloat16, warps); break;
-        default: f = dc::mma_rows_facts<256>(pvt::ScalarType::kFloat16, warps); break;
+        case 64: f = dc::mma_rows_facts<64>(h, warps); break;
+        case 80: f = dc::mma_rows_facts<80>(h, warps); break;
+        case 96: f = dc::mma_rows_facts<96>(h, warps); break;
+        case 128: f = dc::mma_rows_facts<128>(h, warps); break;
+        default: f = dc::mma_rows_facts<256>(h, warps); break;
       }
-      if (!f.exists) continue;
-      pybind11::dict d;
-      d["head_dim"] = D;
-      d["warps"] = warps;
-      d["tiles"] = "rows";
-      d["sm80"] = f.sm80;
-      d["resident"] = f.resident;
-      d["cluster_limit"] = f.cluster_limit;
-      d["query_error"] = f.query_error;
-      d["max_clusters"] = std::vector<int>(f.max_clusters + 2, f.max_clusters + pvt::decode_plan::kMaxClusterSplits + 1);
-      out.append(d);
+      if (f.exists) out.append(facts_dict(f, D, warps, pybind11::str("rows")));
     }
   return out;
 }
