@@ -133,6 +133,21 @@ __device__ __forceinline__ void rescale_rows(float (&o)[NT][4], const float (&co
   }
 }
 
+// The pipeline's step into tile i: wait until it has landed for every thread (and every warp is done with
+// tile i - 1), then load tile i + STAGES - 1 into tile i - 1's stage (an empty group past the last tile,
+// so the wait counts stay the same).
+template <int STAGES, class LoadTile>
+__device__ __forceinline__ void next_tile(int64_t i, int64_t n_tiles, LoadTile& load_tile) {
+  cp_async_wait<STAGES - 2>();
+  __syncthreads();
+  const int64_t next = i + STAGES - 1;
+  if (next < n_tiles) {
+    load_tile(next, static_cast<int>(next % STAGES));
+  } else {
+    cp_async_commit();
+  }
+}
+
 // One n8 tile of scores, s += Q K^T over the head dim: the 8 keys whose rows in the swizzled tile sk this
 // lane's `key` names (lane & 7), Q's fragments from registers (qa, one per k16 step) or, at head_dim 256,
 // read from shared memory per step (q_frag). Shared by both tensor-core kernels.
@@ -360,14 +375,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
   for (int64_t i = 0; i < n_tiles; ++i) {
-    cp_async_wait<STAGES - 2>();  // tile i has landed
-    __syncthreads();              // ... for every thread; and every warp is done with tile i - 1
-    const int64_t next = i + STAGES - 1;
-    if (next < n_tiles) {
-      load_tile(next, static_cast<int>(next % STAGES));  // into tile i - 1's stage
-    } else {
-      cp_async_commit();
-    }
+    next_tile<STAGES>(i, n_tiles, load_tile);
     const int stage = static_cast<int>(i % STAGES);
     const int kw = slice * 16;                         // the warp's first key in the tile
     const int64_t s_w = s_lo + i * kMmaKeys + kw;      // its global index

@@ -90,14 +90,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
   for (int64_t i = 0; i < n_tiles; ++i) {
-    cp_async_wait<STAGES - 2>();  // tile i has landed
-    __syncthreads();              // ... for every thread; and every warp is done with tile i - 1
-    const int64_t next = i + STAGES - 1;
-    if (next < n_tiles) {
-      load_tile(next, static_cast<int>(next % STAGES));
-    } else {
-      cp_async_commit();
-    }
+    next_tile<STAGES>(i, n_tiles, load_tile);  // one barrier a tile
     const int stage = static_cast<int>(i % STAGES);
     const int64_t s_t = s_lo + i * KT;  // the tile's first key
     if (!warp_live || !__any_sync(0xffffffffu, s_t < vis_end[0] || s_t < vis_end[1])) continue;
