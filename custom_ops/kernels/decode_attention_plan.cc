@@ -165,15 +165,29 @@ int choose_row_tiles(const DecodeAttentionParams& p, int64_t R, int64_t entries,
 // The row-owning tensor-core kernel (decode_attention_mma_rows_cuda.cuh) for R query rows per kv head,
 // and its warps (one M-tile each): 0 where the key-slice kernel runs instead. Forced by
 // DecodeOptions::mma_row_warps; never with split_keys (the batch-invariant plan is the key-slice
-// kernel's) or where the key-slice kernel's M-tiles are forced (mma_row_tiles). By default from
-// kMmaRowsMinRows rows on: 2 warps for up to 32 rows, else 4 (64 rows a block, more row groups past that).
-constexpr int64_t kMmaRowsMinRows = 32;
-int choose_rows_warps(const DecodeAttentionParams& p, int64_t R) {
+// kernel's) or where the key-slice kernel's M-tiles are forced (mma_row_tiles).
+// By default only where it measured faster than the key-slice kernel (H200, per-slot fp16, both timed in
+// one process, run of 2026-12-02 05:53 UTC; ratios to the best SDPA backend): row groups of 4 warps (64
+// rows) at least 3/4 full, a long context and splits of at least kMmaRowsMinKeys keys in its plan (one
+// wave of kMmaRowsResident blocks an SM). StarCoder 48/1 B=16 S=32k 1.24 against 1.92, B=64 S=32k 1.35
+// against 2.20, B=16 S=8k 1.36 against 1.68, B=4 S=32k (497 keys a split) 1.30 against 1.39; Qwen2 28/4
+// verifying 8 tokens (56 rows) B=16 S=8k 0.30 against 0.39. Slower: short splits (StarCoder B=1 S=32k,
+// 256 keys a split: 1.77 against 1.18; B=64 S=2k 1.80 against 1.64), 32 rows (MQA 32/1 and Llama-3-8B x
+// Tq 8 as 2 warps a block: 1.09-2.21 against 0.39-1.54, within 2% where faster but at MQA B=64 S=32k,
+// 1.09 against 1.19) and part-empty row groups (Falcon 71/1: two groups of 64 rows for 71, 1.49-3.06
+// against 0.88-1.88, one group of 128 rows no better).
+constexpr int64_t kMmaRowsMinRows = 48, kMmaRowsMinContext = 8192, kMmaRowsMinKeys = 384;
+constexpr int kMmaRowsResident = 2;  // blocks an SM of the 4-warp instance at head_dim 64-128 (H200)
+int choose_rows_warps(const DecodeAttentionParams& p, int64_t R, int64_t entries, int64_t sms) {
   const DecodeOptions& o = options_of(p);
   if (o.split_keys > 0 || o.mma_row_warps < 0) return 0;
   if (o.mma_row_warps > 0) return o.mma_row_warps;
-  if (o.mma_row_tiles > 0 || R < kMmaRowsMinRows) return 0;
-  return R <= 32 ? 2 : 4;
+  const int64_t groups = (R + 4 * kMmaMaxRows - 1) / (4 * kMmaMaxRows);
+  if (o.mma_row_tiles > 0 || R < kMmaRowsMinRows || 4 * R < 3 * groups * 4 * kMmaMaxRows || p.kv_len < kMmaRowsMinContext) {
+    return 0;
+  }
+  const int64_t n = choose_splits(entries * groups, p.kv_len, sms * kMmaRowsResident, o.splits);
+  return (p.kv_len + n - 1) / n >= kMmaRowsMinKeys ? 4 : 0;
 }
 
 // Short contexts on a small grid: the splits of each (entry, kv head, row group) as one full cluster of
@@ -329,7 +343,7 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
     plan.mma_kernel = mma;
     plan.lanes = static_cast<int>(key_chunks);
     plan.chunks = 1;
-    const int rows_warps = mma ? choose_rows_warps(p, R) : 0;
+    const int rows_warps = mma ? choose_rows_warps(p, R, entries, plan.sms) : 0;
     plan.mma_rows = rows_warps > 0;
     if (plan.mma_rows) plan.mma_warps = rows_warps;
     plan.mma_tiles = plan.mma_rows ? rows_warps : mma ? choose_row_tiles(p, R, entries, plan.sms) : 1;
