@@ -38,8 +38,8 @@ summary() {  # the log's failures (first 30), its last line
   if [ -x "$P"/test_decode_attention_broken_rows ]; then
     echo "== the row-owning kernel alone broken on purpose: test_decode_attention_broken_rows --families-only"
     "$P"/test_decode_attention_broken_rows --families-only > "$O/broken_rows.log" 2>&1; echo "rc=$?"
-    echo "cases failing: $(grep -E '^FAIL' "$O/broken_rows.log" | grep -v '\.plan' | sed 's/[: ].*//' | sort -u | wc -l)"
-    grep -E '^FAIL' "$O/broken_rows.log" | grep -v '\.plan' | sed 's/[: ].*//' | sort -u | head -60
+    echo "cases failing: $(grep -E '^FAIL' "$O/broken_rows.log" | grep -v '\.plan' | sed 's/^FAIL //; s/:.*//' | sort -u | wc -l)"
+    grep -E '^FAIL' "$O/broken_rows.log" | grep -v '\.plan' | sed 's/^FAIL //; s/:.*//' | sort -u | head -60
     tail -1 "$O/broken_rows.log"
   fi
   echo "== memcheck test_decode_attention --families-only (start ${SECONDS}s)"
