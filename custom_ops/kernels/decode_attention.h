@@ -29,6 +29,9 @@ struct DecodeOptions {
   int mma_blocks_per_sm = 1;  // >= 1: tensor-core blocks an SM that the split count fills one wave of
   int mma_row_tiles = 0;      // 0: the plan's choice; 1, 2, 4 or 8: at most this many M-tiles of 16 query
                               // rows per tensor-core block, a kv head's other rows in more blocks
+  int mma_row_warps = 0;      // 0: the plan's choice; -1: never the row-owning tensor-core kernel
+                              // (decode_attention_mma_rows_cuda.cuh); 2, 4 or 8: that kernel wherever the
+                              // tensor-core kernel runs, blocks of that many warps (one M-tile each)
   // > 0 (a multiple of kSplitKeysUnit): batch-invariant decoding. Splits of exactly this many keys from
   // key 0 (an entry's last one shorter, splits past its length empty), a kernel and block shape that
   // depend only on the rows per kv head (query group x Tq), head dim and dtype, merged through the

@@ -8,7 +8,8 @@
 //   * decode_attention_mma_kernel (decode_attention_mma_cuda.cuh): 2-128 unmasked rows per kv head of a
 //     16-bit cache with head_dim 64, 80, 96, 128 or 256 (GQA, MQA, Tq > 1) on tensor cores: K/V tiles in
 //     shared memory, the rows as 1-8 M-tiles of mma.sync. Its instances are built per head dim in
-//     decode_attention_mma_d*_cuda.cu (decode_attention_mma_launch_cuda.cuh).
+//     decode_attention_mma_d*_cuda.cu (decode_attention_mma_launch_cuda.cuh). Its row-owning variant
+//     (decode_attention_mma_rows_cuda.cuh: each warp 16 rows over whole K/V tiles) takes large row groups.
 //   * decode_attention_rows_kernel (decode_attention_rows_cuda.cuh): the other unmasked cases with
 //     several rows per kv head; K/V tiles staged in shared memory by cp.async, one row per warp.
 // With several splits of a short context, the tensor-core kernel on Hopper launches the splits of a
@@ -175,6 +176,14 @@ Status with_one_row(const DecodeAttentionParams& p, const Plan& plan, Fn&& fn) {
 // What plan_grid needs about the instance plan_kernel picked.
 template <typename T>
 Status occupancy_of(const DecodeAttentionParams& p, const Plan& plan, decode_plan::KernelOccupancy* occ) {
+  if (plan.mma_rows) {  // the row-owning kernel: its one instance (the plan's warps), in the slot of its warps
+    const MmaFacts f = by_mma_head_dim(p.head_dim, [&](auto d) { return mma_rows_facts<decltype(d)::value>(p.dtype, plan.mma_warps); });
+    const int w = plan.mma_warps == 8;
+    occ->mma_resident[w] = f.resident;
+    occ->mma_cluster_limit[w] = f.cluster_limit;
+    std::copy(f.max_clusters, f.max_clusters + kMaxClusterSplits + 1, occ->mma_max_clusters[w]);
+    return Status::Ok();
+  }
   if (plan.mma_kernel) {
     for (int w : {4, 8}) {
       const MmaFacts f = by_mma_head_dim(p.head_dim, [&](auto d) { return mma_facts<decltype(d)::value>(p.dtype, w, plan.mma_tiles); });
@@ -210,7 +219,9 @@ Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream
   splits.balance_wave = static_cast<int32_t>(plan.balance_wave);
   const unsigned entries = static_cast<unsigned>(p.batch * p.kv_heads), grid_y = static_cast<unsigned>(plan.splits);
   Status s;
-  if (plan.mma_kernel) {
+  if (plan.mma_rows) {
+    s = by_mma_head_dim(p.head_dim, [&](auto d) { return mma_rows_launch<decltype(d)::value>(p, plan, splits, ws, stream); });
+  } else if (plan.mma_kernel) {
     s = by_mma_head_dim(p.head_dim, [&](auto d) { return mma_launch<decltype(d)::value>(p, plan, splits, ws, stream); });
   } else if (plan.rows_kernel) {
     s = with_rows<T>(plan, [&](auto inst) {

@@ -80,18 +80,19 @@ __device__ __forceinline__ int swz(int n, int c) {
   return n * CH + (c ^ (n & 7));
 }
 
-// One online-softmax step of one query row over a warp's 16 keys, as a lane holds it: the lane's
-// four scores of row `hi` (s[nt][2 hi + j], key column nt * 8 + col0 + j), raw from the mma. Keys
+// One online-softmax step of one query row over a warp's 8 x N keys (16 in the key-slice kernels, a
+// whole K/V tile in the row-owning one), as a lane holds it: the lane's 2 x N scores of row `hi`
+// (s[nt][2 hi + j], key column nt * 8 + col0 + j), raw from the mma. Keys
 // at columns >= visible are masked; the rest are scaled by kscale(nt, j) (the softmax scale in
 // log2 units, times a per-key scale for 8-bit caches). The scores become P = exp2(x - m_new), the
 // row's max m and this lane's share of its sum l are updated, and the factor that rescales the old
 // state is returned. Shared by the float16 and the 8-bit tensor-core kernels.
-template <class KScale>
-__device__ __forceinline__ float online_softmax_row(float (&s)[2][4], int hi, int col0, int visible, float& m, float& l,
+template <int N, class KScale>
+__device__ __forceinline__ float online_softmax_row(float (&s)[N][4], int hi, int col0, int visible, float& m, float& l,
                                                     KScale kscale) {
   float mx = -INFINITY;
 #pragma unroll
-  for (int nt = 0; nt < 2; ++nt) {
+  for (int nt = 0; nt < N; ++nt) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       float& x = s[nt][2 * hi + j];
@@ -105,7 +106,7 @@ __device__ __forceinline__ float online_softmax_row(float (&s)[2][4], int hi, in
   const float c = m_new == -INFINITY ? 1.f : exp2f(m - m_new);
   float sum = 0.f;
 #pragma unroll
-  for (int nt = 0; nt < 2; ++nt) {
+  for (int nt = 0; nt < N; ++nt) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       float& x = s[nt][2 * hi + j];
@@ -133,6 +134,46 @@ __device__ __forceinline__ void rescale_rows(float (&o)[NT][4], const float (&co
   }
 }
 
+// The pipeline's step into tile i: wait until it has landed for every thread (and every warp is done with
+// tile i - 1), then load tile i + STAGES - 1 into tile i - 1's stage (an empty group past the last tile,
+// so the wait counts stay the same).
+template <int STAGES, class LoadTile>
+__device__ __forceinline__ void next_tile(int64_t i, int64_t n_tiles, LoadTile& load_tile) {
+  cp_async_wait<STAGES - 2>();
+  __syncthreads();
+  const int64_t next = i + STAGES - 1;
+  if (next < n_tiles) {
+    load_tile(next, static_cast<int>(next % STAGES));
+  } else {
+    cp_async_commit();
+  }
+}
+
+// One n8 tile of scores, s += Q K^T over the head dim: the 8 keys whose rows in the swizzled tile sk this
+// lane's `key` names (lane & 7), Q's fragments from registers (qa, one per k16 step) or, at head_dim 256,
+// read from shared memory per step (q_frag). Shared by both tensor-core kernels.
+template <typename T, int KS, int CHS, bool kQInRegisters, int QN, class QFrag>
+__device__ __forceinline__ void qk_n8(float (&s)[4], const uint4* sk, int key, int lane, const uint32_t (&qa)[QN][4],
+                                      QFrag& q_frag) {
+#pragma unroll
+  for (int kp = 0; kp < KS; kp += 2) {  // two k16 steps per ldmatrix.x4: chunks 2kp .. 2kp + 3
+    uint32_t kf[4];
+    ldmatrix_x4(kf, sk + swz<CHS>(key, 2 * kp + (lane >> 3)));  // past D (odd KS): padding
+    if constexpr (kQInRegisters) {
+      mma_16816<T>(s, qa[kp], kf[0], kf[1]);
+      if (kp + 1 < KS) mma_16816<T>(s, qa[kp + 1], kf[2], kf[3]);
+    } else {
+      uint32_t qf[4];
+      q_frag(qf, kp);
+      mma_16816<T>(s, qf, kf[0], kf[1]);
+      if (kp + 1 < KS) {
+        q_frag(qf, kp + 1);
+        mma_16816<T>(s, qf, kf[2], kf[3]);
+      }
+    }
+  }
+}
+
 // The cp.async pipeline's prologue: tiles 0 .. STAGES - 2 in flight (load_tile(stage, tile) commits
 // its group), and one empty group for each stage past the last tile, so the wait counts stay the same.
 template <int STAGES, class Count, class LoadTile>
@@ -145,6 +186,98 @@ __device__ __forceinline__ void prime_pipeline(Count n_tiles, LoadTile& load_til
       cp_async_commit();
     }
   }
+}
+
+// K/V tiles of KEYS keys (CH 16-byte chunks a key) into shared memory (rows of CHS chunks, swizzled) by
+// the block's NTHR threads, 16-byte cp.async, one commit group a tile. Each thread copies one chunk column
+// `ch` of every KPI-th key of a tile: the addresses of its chunks differ by a constant step, computed once
+// (a short block's fixed cost is its instruction count: one warp per scheduler, every dependency exposed;
+// Nsight Compute, H200). Where the block's threads are not a whole number of keys (D = 80, 96) or cover
+// more than a tile (short tiles of several M-tiles), chunk by chunk instead. Shared by both tensor-core
+// kernels (this one and decode_attention_mma_rows_cuda.cuh).
+template <typename T, int CH, int CHS, int NTHR, int KEYS>
+struct TileLoader {
+  static constexpr int KPI = NTHR / CH;  // keys per pass of the block over a tile
+  static constexpr bool kColumns = NTHR % CH == 0 && KEYS % KPI == 0;
+  static constexpr int kChunksPerThread = (KEYS * CH + NTHR - 1) / NTHR;
+  const T* kb;
+  const T* vb;
+  int64_t ks0, vs0;
+  const T* kp0;  // this thread's first chunk of key 0 (its column, its first key of a pass)
+  const T* vp0;
+
+  __device__ __forceinline__ TileLoader(const T* k, const T* v, int64_t k_step, int64_t v_step)
+      : kb(k), vb(v), ks0(k_step), vs0(v_step),
+        kp0(k + static_cast<int>(threadIdx.x) / CH * k_step + static_cast<int>(threadIdx.x) % CH * 8),
+        vp0(v + static_cast<int>(threadIdx.x) / CH * v_step + static_cast<int>(threadIdx.x) % CH * 8) {}
+
+  // Keys t0 .. t0 + KEYS - 1 into sk and sv; those from `left` on (past the split) as zeros, never read.
+  __device__ __forceinline__ void operator()(uint4* sk, uint4* sv, int64_t t0, int left) const {
+    if constexpr (kColumns) {
+      const T* kp = kp0 + t0 * ks0;
+      const T* vp = vp0 + t0 * vs0;
+      const int64_t kstep = KPI * ks0, vstep = KPI * vs0;
+      const int ch = static_cast<int>(threadIdx.x) % CH, key0 = static_cast<int>(threadIdx.x) / CH;
+      if (left == KEYS) {  // a whole tile (all but a split's last): no per-key condition
+#pragma unroll
+        for (int it = 0; it < KEYS / KPI; ++it) {
+          const int key = key0 + it * KPI;
+          cp_async16(sk + swz<CHS>(key, ch), kp + it * kstep, true);
+          cp_async16(sv + swz<CHS>(key, ch), vp + it * vstep, true);
+        }
+      } else {
+#pragma unroll
+        for (int it = 0; it < KEYS / KPI; ++it) {
+          const int key = key0 + it * KPI;
+          const bool ok = key < left;
+          cp_async16(sk + swz<CHS>(key, ch), ok ? kp + it * kstep : kb, ok);
+          cp_async16(sv + swz<CHS>(key, ch), ok ? vp + it * vstep : vb, ok);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int it = 0; it < kChunksPerThread; ++it) {
+        const int c = it * NTHR + static_cast<int>(threadIdx.x);
+        const int key = c / CH, cc = c - key * CH;  // CH a constant: a multiply-high
+        if (KEYS * CH % NTHR == 0 || c < KEYS * CH) {
+          const bool ok = key < left;
+          const int64_t s = t0 + key;
+          cp_async16(sk + swz<CHS>(key, cc), ok ? kb + s * ks0 + cc * 8 : kb, ok);
+          cp_async16(sv + swz<CHS>(key, cc), ok ? vb + s * vs0 + cc * 8 : vb, ok);
+        }
+      }
+    }
+    cp_async_commit();
+  }
+};
+
+// A block's query rows row0 .. row0 + ROWS - 1 of kv head hk (row r: head hk * G + r / Tq, token r % Tq)
+// into sq ([ROWS][CHS] swizzled) by 16-byte cp.async (the plan asks for a 16-byte-loadable q), zeros for
+// rows that are not live (past `rows`, or past the entry's queries); one commit group.
+template <typename T, int CH, int CHS, int ROWS, int NTHR>
+__device__ __forceinline__ void load_query_rows(const DecodeAttentionParams& p, const Entry& e, int64_t b, int64_t hk,
+                                                int64_t G, int tq, int row0, int rows, uint4* sq) {
+  const T* q = static_cast<const T*>(p.q);
+#pragma unroll
+  for (int c = static_cast<int>(threadIdx.x); c < ROWS * CH; c += NTHR) {
+    const int row = c / CH, qc = c % CH;
+    const int hg = (row0 + row) / tq, t = row0 + row - hg * tq;
+    const bool live = row < rows && t < e.q_count;
+    const int64_t at = live ? (p.cu_seqlens_q ? (e.q_begin + t) * p.q_stride[1] : b * p.q_stride[0] + t * p.q_stride[1]) +
+                                  (hk * G + hg) * p.q_stride[2] + qc * 8
+                            : 0;
+    cp_async16(sq + swz<CHS>(row, qc), q + at, live);
+  }
+  cp_async_commit();
+}
+
+// The keys block row `row` (of row0 + row of its kv head) sees in split [s_lo, s_hi): s < the returned end
+// (causal, clipped to the split; s_lo for a row that is not live).
+__device__ __forceinline__ int64_t visible_end(const Entry& e, int tq, int row0, int row, int rows, int64_t s_lo,
+                                               int64_t s_hi) {
+  const int hg = (row0 + row) / tq, t = row0 + row - hg * tq;
+  const bool live = row < rows && t < e.q_count;
+  return live ? (e.past + t + 1 < s_hi ? e.past + t + 1 : s_hi) : s_lo;
 }
 
 // T: __half or __nv_bfloat16; D: 64, 80, 96, 128 or 256 (CH = D / 8 chunks of 16 bytes per key, rows of
@@ -209,54 +342,10 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   uint4* sq = smem + 2 * STAGES * (kMmaKeys * CHS);  // the query rows, [ROWS][CHS] swizzled
 
-  // Each thread copies one 16-byte chunk column `ch` of every KPI-th key of a tile: the addresses of
-  // its chunks differ by a constant step, computed once (a short block's fixed cost is its
-  // instruction count: one warp per scheduler, every dependency exposed; Nsight Compute, H200). Where
-  // the block's threads are not a whole number of keys (D = 80, 96) or cover more than a tile (short
-  // tiles of several M-tiles), chunk by chunk instead.
-  constexpr int KPI = NTHR / CH;  // keys per pass of the block over a tile
-  constexpr bool kColumns = NTHR % CH == 0 && kMmaKeys % KPI == 0;
-  constexpr int kChunksPerThread = (kMmaKeys * CH + NTHR - 1) / NTHR;
-  const int ch = static_cast<int>(threadIdx.x) % CH, key0 = static_cast<int>(threadIdx.x) / CH;
-  const T* kp0 = kb + key0 * ks0 + ch * 8;
-  const T* vp0 = vb + key0 * vs0 + ch * 8;
-  const int64_t kstep = KPI * ks0, vstep = KPI * vs0;
+  const TileLoader<T, CH, CHS, NTHR, kMmaKeys> load{kb, vb, ks0, vs0};
   auto load_tile = [&](int64_t tile, int stage) {
     const int64_t t0 = s_lo + tile * kMmaKeys;
-    const int left = t0 + kMmaKeys <= s_hi ? kMmaKeys : static_cast<int>(s_hi - t0);  // keys inside the split
-    if constexpr (kColumns) {
-      const T* kp = kp0 + t0 * ks0;
-      const T* vp = vp0 + t0 * vs0;
-      if (left == kMmaKeys) {  // a whole tile (all but a split's last): no per-key condition
-#pragma unroll
-        for (int it = 0; it < kMmaKeys / KPI; ++it) {
-          const int key = key0 + it * KPI;
-          cp_async16(sk(stage) + swz<CHS>(key, ch), kp + it * kstep, true);
-          cp_async16(sv(stage) + swz<CHS>(key, ch), vp + it * vstep, true);
-        }
-      } else {
-#pragma unroll
-        for (int it = 0; it < kMmaKeys / KPI; ++it) {
-          const int key = key0 + it * KPI;
-          const bool ok = key < left;  // past the split: zeros, never read (and masked below)
-          cp_async16(sk(stage) + swz<CHS>(key, ch), ok ? kp + it * kstep : kb, ok);
-          cp_async16(sv(stage) + swz<CHS>(key, ch), ok ? vp + it * vstep : vb, ok);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int it = 0; it < kChunksPerThread; ++it) {
-        const int c = it * NTHR + static_cast<int>(threadIdx.x);
-        const int key = c / CH, cc = c - key * CH;  // CH a constant: a multiply-high
-        if (kMmaKeys * CH % NTHR == 0 || c < kMmaKeys * CH) {
-          const bool ok = key < left;
-          const int64_t s = t0 + key;
-          cp_async16(sk(stage) + swz<CHS>(key, cc), ok ? kb + s * ks0 + cc * 8 : kb, ok);
-          cp_async16(sv(stage) + swz<CHS>(key, cc), ok ? vb + s * vs0 + cc * 8 : vb, ok);
-        }
-      }
-    }
-    cp_async_commit();
+    load(sk(stage), sv(stage), t0, t0 + kMmaKeys <= s_hi ? kMmaKeys : static_cast<int>(s_hi - t0));  // keys inside the split
   };
 
   // The query rows go first, 16-byte chunks by cp.async (the plan asks for a 16-byte-loadable q),
@@ -267,33 +356,14 @@ __global__ void __launch_bounds__(WARPS * 32)
   // token r % Tq); below, `row` counts from row0.
   const int tq = static_cast<int>(Tq), row0 = rg * ROWS;
   const int rows = static_cast<int>(R) - row0 < ROWS ? static_cast<int>(R) - row0 : ROWS;
-  {
-    const T* q = static_cast<const T*>(p.q);
-#pragma unroll
-    for (int c = static_cast<int>(threadIdx.x); c < ROWS * CH; c += NTHR) {
-      const int row = c / CH, qc = c % CH;
-      const int hg = (row0 + row) / tq, t = row0 + row - hg * tq;
-      const bool live = row < rows && t < e.q_count;
-      const int64_t at = live ? (p.cu_seqlens_q ? (e.q_begin + t) * p.q_stride[1] : b * p.q_stride[0] + t * p.q_stride[1]) +
-                                    (hk * G + hg) * p.q_stride[2] + qc * 8
-                              : 0;
-      cp_async16(sq + swz<CHS>(row, qc), q + at, live);
-    }
-    cp_async_commit();
-  }
+  load_query_rows<T, CH, CHS, ROWS, NTHR>(p, e, b, hk, G, tq, row0, rows, sq);
   prime_pipeline<STAGES>(n_tiles, load_tile);
 
   // This thread's two rows of every accumulator fragment, r0 = lane / 4 and r0 + 8 of the warp's M-tile:
   // the keys they see, s < vis_end (causal, clipped to the split; s_lo for a row that is not this entry's).
   const int r0 = lane / 4, m0 = mt * kMmaMaxRows;
-  int64_t vis_end[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = m0 + r0 + 8 * i;
-    const int hg = (row0 + row) / tq, t = row0 + row - hg * tq;
-    const bool live = row < rows && t < e.q_count;
-    vis_end[i] = live ? (e.past + t + 1 < s_hi ? e.past + t + 1 : s_hi) : s_lo;
-  }
+  const int64_t vis_end[2] = {visible_end(e, tq, row0, m0 + r0, rows, s_lo, s_hi),
+                              visible_end(e, tq, row0, m0 + r0 + 8, rows, s_lo, s_hi)};
 
   // Q as the A operand, one fragment per k16 step, by ldmatrix (matrices: rows 0-7 / 8-15 of the warp's
   // M-tile x the step's two 8-element halves); the softmax scale is applied to the float32 scores.
@@ -316,14 +386,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
   for (int64_t i = 0; i < n_tiles; ++i) {
-    cp_async_wait<STAGES - 2>();  // tile i has landed
-    __syncthreads();              // ... for every thread; and every warp is done with tile i - 1
-    const int64_t next = i + STAGES - 1;
-    if (next < n_tiles) {
-      load_tile(next, static_cast<int>(next % STAGES));  // into tile i - 1's stage
-    } else {
-      cp_async_commit();
-    }
+    next_tile<STAGES>(i, n_tiles, load_tile);
     const int stage = static_cast<int>(i % STAGES);
     const int kw = slice * 16;                         // the warp's first key in the tile
     const int64_t s_w = s_lo + i * kMmaKeys + kw;      // its global index
@@ -333,23 +396,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const int key = kw + nt * 8 + (lane & 7);
-#pragma unroll
-        for (int kp = 0; kp < KS; kp += 2) {  // two k16 steps per ldmatrix.x4: chunks 2kp .. 2kp + 3
-          uint32_t kf[4];
-          ldmatrix_x4(kf, sk(stage) + swz<CHS>(key, 2 * kp + (lane >> 3)));  // past D (odd KS): padding
-          if constexpr (kQInRegisters) {
-            mma_16816<T>(s[nt], qa[kp], kf[0], kf[1]);
-            if (kp + 1 < KS) mma_16816<T>(s[nt], qa[kp + 1], kf[2], kf[3]);
-          } else {
-            uint32_t qf[4];
-            q_frag(qf, kp);
-            mma_16816<T>(s[nt], qf, kf[0], kf[1]);
-            if (kp + 1 < KS) {
-              q_frag(qf, kp + 1);
-              mma_16816<T>(s[nt], qf, kf[2], kf[3]);
-            }
-          }
-        }
+        qk_n8<T, KS, CHS, kQInRegisters>(s[nt], sk(stage), key, lane, qa, q_frag);
       }
       // Online softmax of rows r0 (s[.][0..1]) and r0 + 8 (s[.][2..3]); lanes 4r..4r+3 share a row.
       // Visibility as a 32-bit count of the warp's 16 keys (a short block's cost is its instruction

@@ -16,35 +16,45 @@
 namespace pvt {
 namespace decode_cuda {
 
+// What the device says about a tensor-core kernel of `threads` threads and `smem` bytes of dynamic shared
+// memory (the key-slice and the row-owning kernel's instances alike).
+template <typename Kernel>
+MmaFacts query_mma_facts(Kernel kernel, int threads, size_t smem) {
+  MmaFacts x;
+  x.exists = true;
+  cudaFuncAttributes fa;
+  const cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
+  if (e == cudaSuccess) {
+    x.sm80 = fa.ptxVersion >= 80 && fa.binaryVersion >= 80;
+  } else {
+    x.query_error = static_cast<int>(e);
+  }
+  cudaGetLastError();
+  x.resident = query_resident(kernel, threads, smem, 0);  // opts in to the shared memory first
+  if (x.resident > 0) x.cluster_limit = query_cluster_limit(kernel, threads, smem);
+  if (x.cluster_limit > 1) {  // a cluster plan is a one-block-an-SM plan: its launch's shared memory
+    for (int n = 2; n <= kMaxClusterSplits; ++n) {
+      x.max_clusters[n] = query_active_clusters(kernel, threads, sm_exclusive_smem(kernel, smem), n);
+    }
+  }
+  return x;
+}
+
 template <typename T, int D, int WARPS, int MT>
 struct Mma {
   static constexpr auto kernel = decode_attention_mma_kernel<T, D, WARPS, MT, false>;
   static constexpr auto balanced_kernel = decode_attention_mma_kernel<T, D, WARPS, MT, true>;  // Plan::balance_blocks
+  static constexpr bool kBalanced = true;
   static constexpr size_t smem = mma_smem_bytes(D, WARPS, MT);
+  static constexpr int threads = WARPS * 32;
   static MmaFacts facts() {
     static const MmaFacts f = [] {
-      MmaFacts x;
-      x.exists = true;
-      cudaFuncAttributes fa;
-      const cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
-      if (e == cudaSuccess) {
-        x.sm80 = fa.ptxVersion >= 80 && fa.binaryVersion >= 80;
-      } else {
-        x.query_error = static_cast<int>(e);
-      }
-      cudaGetLastError();
-      x.resident = query_resident(kernel, WARPS * 32, smem, 0);  // opts in to the shared memory first
+      MmaFacts x = query_mma_facts(kernel, threads, smem);
       // The balanced instance: the same shared memory, the same occupancy (never a cluster or one an SM).
       if (x.resident > 0 && cudaFuncSetAttribute(balanced_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  static_cast<int>(smem)) != cudaSuccess) {
         cudaGetLastError();
         x.resident = 0;
-      }
-      if (x.resident > 0) x.cluster_limit = query_cluster_limit(kernel, WARPS * 32, smem);
-      if (x.cluster_limit > 1) {  // a cluster plan is a one-block-an-SM plan: its launch's shared memory
-        for (int n = 2; n <= kMaxClusterSplits; ++n) {
-          x.max_clusters[n] = query_active_clusters(kernel, WARPS * 32, sm_exclusive(), n);
-        }
       }
       return x;
     }();
@@ -55,6 +65,32 @@ struct Mma {
     return n;
   }
 };
+
+// The launch of instance I (Mma or MmaRows) on grid (entries x row groups, splits), as `plan` says.
+template <typename I>
+Status launch_mma_instance(const DecodeAttentionParams& p, const decode_plan::Plan& plan, const SplitCount& splits,
+                           const Workspace& ws, cudaStream_t stream) {
+  // Row groups side by side in x (decode_attention_mma_kernel).
+  const int64_t blocks_x = p.batch * p.kv_heads * plan.row_groups;
+  if (blocks_x > INT32_MAX) {
+    return Status(Code::kUnsupported, "decode_attention_cuda: batch * kv_heads * row groups exceeds the grid limit");
+  }
+  // A balanced plan (key-slice kernel only): a flat grid, each block's work found on the device
+  // (decode_attention_balance_cuda.cuh).
+  const bool balanced = plan.balance_blocks > 0;
+  auto kernel = I::kernel;
+  if constexpr (I::kBalanced) {
+    if (balanced) kernel = I::balanced_kernel;
+  } else if (balanced) {
+    return Status(Code::kUnsupported, "decode_attention_cuda: a balanced plan for the row-owning kernel");
+  }
+  const unsigned entries = static_cast<unsigned>(balanced ? plan.balance_grid : blocks_x);
+  const unsigned grid_y = balanced ? 1u : static_cast<unsigned>(plan.splits);
+  I::facts();  // the shared-memory opt-in, where planning did not ask (a plan made elsewhere)
+  return launch_kernel(kernel, dim3(entries, grid_y, 1), I::threads,
+                       plan.mma_sm_exclusive ? I::sm_exclusive() : I::smem, plan.cluster ? grid_y : 1, plan.programmatic,
+                       stream, p, splits, ws, plan.cluster, static_cast<int>(plan.row_groups));
+}
 
 // fn(Mma<T, D, W, MT>{}) where that instance is built, else none(). Plain function templates, no generic
 // lambdas: nvcc's host pass deduced `decltype(t)` of a lambda's `auto t` as a reference (Mma<__half&, ...>,
@@ -97,25 +133,9 @@ MmaFacts mma_facts(ScalarType dtype, int warps, int tiles) {
 template <int D>
 Status mma_launch(const DecodeAttentionParams& p, const decode_plan::Plan& plan, const SplitCount& splits,
                   const Workspace& ws, cudaStream_t stream) {
-  // Row groups side by side in x (decode_attention_mma_kernel): at most 8 per kv head.
-  const int64_t blocks_x = p.batch * p.kv_heads * plan.row_groups;
-  if (blocks_x > INT32_MAX) {
-    return Status(Code::kUnsupported, "decode_attention_cuda: batch * kv_heads * row groups exceeds the grid limit");
-  }
-  // A balanced plan: a flat grid, each block's work found on the device (decode_attention_balance_cuda.cuh).
-  const bool balanced = plan.balance_blocks > 0;
-  const unsigned entries = static_cast<unsigned>(balanced ? plan.balance_grid : blocks_x);
-  const unsigned grid_y = balanced ? 1u : static_cast<unsigned>(plan.splits);
-  const int row_groups = static_cast<int>(plan.row_groups);
   return with_mma_instance<D>(
       p.dtype, plan.mma_warps, plan.mma_tiles,
-      [&](auto inst) {
-        using I = decltype(inst);
-        I::facts();  // the shared-memory opt-in, where planning did not ask (a plan made elsewhere)
-        return launch_kernel(balanced ? I::balanced_kernel : I::kernel, dim3(entries, grid_y, 1), plan.mma_warps * 32,
-                             plan.mma_sm_exclusive ? I::sm_exclusive() : I::smem, plan.cluster ? grid_y : 1,
-                             plan.programmatic, stream, p, splits, ws, plan.cluster, row_groups);
-      },
+      [&](auto inst) { return launch_mma_instance<decltype(inst)>(p, plan, splits, ws, stream); },
       [&] {
         return Status(Code::kInvalidArgument, "decode_attention_cuda: no tensor-core kernel for head_dim " +
                                                   std::to_string(D) + ", " + std::to_string(plan.mma_warps) +

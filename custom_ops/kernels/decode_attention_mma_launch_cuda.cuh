@@ -41,10 +41,21 @@ template <int D>
 Status mma_launch(const DecodeAttentionParams& p, const decode_plan::Plan& plan, const SplitCount& splits,
                   const Workspace& ws, cudaStream_t stream);
 
+// The same for the row-owning kernel (decode_attention_mma_rows_cuda.cuh, instances in
+// decode_attention_mma_rows_d<D>_cuda.cu): `warps` 2, 4 or 8, one M-tile each.
+template <int D>
+MmaFacts mma_rows_facts(ScalarType dtype, int warps);
+template <int D>
+Status mma_rows_launch(const DecodeAttentionParams& p, const decode_plan::Plan& plan, const SplitCount& splits,
+                       const Workspace& ws, cudaStream_t stream);
+
 #define PVT_DECODE_MMA_DECLARE(D)                                                                             \
   extern template MmaFacts mma_facts<D>(ScalarType, int, int);                                               \
   extern template Status mma_launch<D>(const DecodeAttentionParams&, const decode_plan::Plan&, const SplitCount&, \
-                                       const Workspace&, cudaStream_t);
+                                       const Workspace&, cudaStream_t);                                      \
+  extern template MmaFacts mma_rows_facts<D>(ScalarType, int);                                               \
+  extern template Status mma_rows_launch<D>(const DecodeAttentionParams&, const decode_plan::Plan&,           \
+                                            const SplitCount&, const Workspace&, cudaStream_t);
 PVT_DECODE_MMA_DECLARE(64)
 PVT_DECODE_MMA_DECLARE(80)
 PVT_DECODE_MMA_DECLARE(96)

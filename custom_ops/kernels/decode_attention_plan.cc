@@ -164,6 +164,34 @@ int choose_row_tiles(const DecodeAttentionParams& p, int64_t R, int64_t entries,
   return base * ((p.kv_len + keys - 1) / keys) <= sms && keys <= kEightWarpsMaxKeys ? 1 : 2;
 }
 
+// The row-owning tensor-core kernel (decode_attention_mma_rows_cuda.cuh) for R query rows per kv head,
+// and its warps (one M-tile each): 0 where the key-slice kernel runs instead. Forced by
+// DecodeOptions::mma_row_warps; never with split_keys (the batch-invariant plan is the key-slice
+// kernel's) or where the key-slice kernel's M-tiles are forced (mma_row_tiles).
+// By default only where it measured faster than the key-slice kernel (H200, per-slot fp16, both timed in
+// one process, run of 2026-12-02 05:53 UTC; ratios to the best SDPA backend): row groups of 4 warps (64
+// rows) at least 3/4 full, a long context and splits of at least kMmaRowsMinKeys keys in its plan (one
+// wave of kMmaRowsResident blocks an SM). StarCoder 48/1 B=16 S=32k 1.24 against 1.92, B=64 S=32k 1.35
+// against 2.20, B=16 S=8k 1.36 against 1.68, B=4 S=32k (497 keys a split) 1.30 against 1.39; Qwen2 28/4
+// verifying 8 tokens (56 rows) B=16 S=8k 0.30 against 0.39. Slower: short splits (StarCoder B=1 S=32k,
+// 256 keys a split: 1.77 against 1.18; B=64 S=2k 1.80 against 1.64), 32 rows (MQA 32/1 and Llama-3-8B x
+// Tq 8 as 2 warps a block: 1.09-2.21 against 0.39-1.54, within 2% where faster but at MQA B=64 S=32k,
+// 1.09 against 1.19) and part-empty row groups (Falcon 71/1: two groups of 64 rows for 71, 1.49-3.06
+// against 0.88-1.88, one group of 128 rows no better).
+constexpr int64_t kMmaRowsMinRows = 48, kMmaRowsMinContext = 8192, kMmaRowsMinKeys = 384;
+constexpr int kMmaRowsResident = 2;  // blocks an SM of the 4-warp instance at head_dim 64-128 (H200)
+int choose_rows_warps(const DecodeAttentionParams& p, int64_t R, int64_t entries, int64_t sms) {
+  const DecodeOptions& o = options_of(p);
+  if (o.split_keys > 0 || o.mma_row_warps < 0 || o.balance > 0) return 0;  // balanced grids: the key-slice kernel
+  if (o.mma_row_warps > 0) return o.mma_row_warps;
+  const int64_t groups = (R + 4 * kMmaMaxRows - 1) / (4 * kMmaMaxRows);
+  if (o.mma_row_tiles > 0 || R < kMmaRowsMinRows || 4 * R < 3 * groups * 4 * kMmaMaxRows || p.kv_len < kMmaRowsMinContext) {
+    return 0;
+  }
+  const int64_t n = choose_splits(entries * groups, p.kv_len, sms * kMmaRowsResident, o.splits);
+  return (p.kv_len + n - 1) / n >= kMmaRowsMinKeys ? 4 : 0;
+}
+
 // Short contexts on a small grid: the splits of each (entry, kv head, row group) as one full cluster of
 // `limit` blocks of at least kFullClusterMinKeys keys each, rather than fewer, longer splits
 // (kMinKeysPerSplit stops B=1 S=512 at 4 splits of 128 keys) or more, shorter ones merged by the second
@@ -198,8 +226,10 @@ bool two_row_tiles_per_sm(const Plan& plan, const KernelOccupancy& occ) {
 // kDriver where the plan's tensor-core instance (its warps and M-tiles) cannot be resident on this device.
 Status check_mma_resident(const DecodeAttentionParams& p, const Plan& plan, const KernelOccupancy& occupancy) {
   if (occupancy.mma_resident[plan.mma_warps == 8 ? 1 : 0] != 0) return Status::Ok();
+  const int D = static_cast<int>(p.head_dim);
   return Status(Code::kDriver, "decode_attention_cuda: the tensor-core kernel cannot be resident (" +
-                                   std::to_string(mma_smem_bytes(static_cast<int>(p.head_dim), plan.mma_warps, plan.mma_tiles)) +
+                                   std::to_string(plan.mma_rows ? mma_rows_smem_bytes(D, plan.mma_warps)
+                                                                : mma_smem_bytes(D, plan.mma_warps, plan.mma_tiles)) +
                                    " bytes of shared memory)");
 }
 
@@ -257,7 +287,15 @@ Status check_options(const DecodeOptions& o) {
                   "decode_attention_cuda: options.balance must be -1, 0 or a number of blocks an SM >= 1; got " +
                       std::to_string(o.balance));
   }
-  const int t = o.mma_row_tiles;
+  const int t = o.mma_row_tiles, rw = o.mma_row_warps;
+  if (rw != 0 && rw != -1 && rw != 2 && rw != 4 && rw != 8) {
+    return Status(Code::kInvalidArgument, "decode_attention_cuda: options.mma_row_warps must be 0, -1, 2, 4 or 8; got " +
+                                              std::to_string(rw));
+  }
+  if (o.balance > 0 && rw > 0) {  // balanced grids are the key-slice kernel's only
+    return Status(Code::kInvalidArgument,
+                  "decode_attention_cuda: options.balance > 0 cannot be combined with options.mma_row_warps > 0");
+  }
   if (o.splits < 0 || (o.mma_warps != 0 && o.mma_warps != 4 && o.mma_warps != 8) || o.mma_blocks_per_sm < 1 ||
       (t != 0 && t != 1 && t != 2 && t != 4 && t != 8)) {
     return Status(Code::kInvalidArgument,
@@ -320,7 +358,10 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
     plan.mma_kernel = mma;
     plan.lanes = static_cast<int>(key_chunks);
     plan.chunks = 1;
-    plan.mma_tiles = mma ? choose_row_tiles(p, R, entries, plan.sms) : 1;
+    const int rows_warps = mma ? choose_rows_warps(p, R, entries, plan.sms) : 0;
+    plan.mma_rows = rows_warps > 0;
+    if (plan.mma_rows) plan.mma_warps = rows_warps;
+    plan.mma_tiles = plan.mma_rows ? rows_warps : mma ? choose_row_tiles(p, R, entries, plan.sms) : 1;
     plan.rows = mma ? kMmaMaxRows * plan.mma_tiles : kWarps;
   }
   plan.row_groups = (R + plan.rows - 1) / plan.rows;
@@ -331,8 +372,20 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
 Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan) {
   const DecodeOptions& o = options_of(p);
   if (o.split_keys > 0) return plan_fixed_splits(p, occupancy, plan);
-  if (balance_wanted(p, *plan)) return plan_balanced(p, occupancy, plan);
-  if (plan->mma_kernel) {
+  if (plan->mma_rows) {
+    // The row-owning kernel: its warps are fixed by plan_kernel; one wave of its resident blocks (its
+    // occupancy in the slot of its warps), then the key-slice kernel's cluster rules.
+    const int w = plan->mma_warps == 8 ? 1 : 0;
+    PVT_RETURN_IF_ERROR(check_mma_resident(p, *plan, occupancy));
+    plan_splits(p, plan, occupancy.mma_resident[w]);
+    if (!o.no_cluster) {
+      fill_cluster(p, plan, occupancy.mma_cluster_limit[w], occupancy.mma_max_clusters[w]);
+      plan_cluster(p, plan, occupancy.mma_cluster_limit[w], occupancy.mma_max_clusters[w]);
+    }
+    plan->mma_sm_exclusive = mma_one_block_an_sm(p, *plan);
+  } else if (balance_wanted(p, *plan)) {
+    return plan_balanced(p, occupancy, plan);
+  } else if (plan->mma_kernel) {
     // One block per SM, not the 2 resident ones of the 4-warp kernel: on the H200 (GQA 32/8, fp16)
     // that was as fast or faster on all 12 shapes of B x S, up to 9% (B = 1, S = 16k); fewer, longer
     // blocks keep their tile pipeline full and leave half the partials to merge.

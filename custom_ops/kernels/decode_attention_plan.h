@@ -83,6 +83,24 @@ PVT_HOST_DEVICE constexpr bool mma_instance_exists(int D, int WARPS, int MT) {
   return mma_head_dim(D) && (MT == 1 ? (WARPS == 4 || WARPS == 8) : (WARPS == 8 && (MT == 2 || MT == 4 || MT == 8))) &&
          mma_smem_bytes(D, WARPS, MT) <= kMmaSmemBudget;
 }
+// ---- The row-owning tensor-core kernel (decode_attention_mma_rows_cuda.cuh), for head dim D and WARPS
+// warps: each warp one M-tile of 16 rows over every key of a K/V tile of mma_rows_tile_keys(D) keys (one
+// barrier and one softmax round per tile, not per 16 keys), mma_rows_stages(D) tiles in flight. 32 keys
+// at head_dim 256: O already takes 128 registers a thread there (64 keys spilled).
+PVT_HOST_DEVICE constexpr int mma_rows_tile_keys(int D) { return D <= 64 ? 128 : D <= 128 ? 64 : 32; }
+PVT_HOST_DEVICE constexpr int mma_rows_stages(int) { return 3; }
+// K and V stages and the query rows; at the end the rows' O, m and l (floats) in the same space.
+PVT_HOST_DEVICE constexpr size_t mma_rows_smem_bytes(int D, int WARPS) {
+  const size_t tiles = (static_cast<size_t>(mma_rows_stages(D)) * 2 * mma_rows_tile_keys(D) + kMmaMaxRows * WARPS) *
+                       mma_row_chunks(D) * 16;
+  const size_t merge = static_cast<size_t>(kMmaMaxRows) * WARPS * (D + 2) * 4;
+  return tiles > merge ? tiles : merge;
+}
+// Its instances: 2, 4 or 8 warps (32, 64 or 128 rows a block).
+PVT_HOST_DEVICE constexpr bool mma_rows_instance_exists(int D, int WARPS) {
+  return mma_head_dim(D) && (WARPS == 2 || WARPS == 4 || WARPS == 8) && mma_rows_smem_bytes(D, WARPS) <= kMmaSmemBudget;
+}
+
 // M-tiles for R query rows per kv head: a power of two, at most kMmaMaxTiles.
 PVT_HOST_DEVICE constexpr int mma_tiles_for(int64_t R) { return R <= 16 ? 1 : R <= 32 ? 2 : R <= 64 ? 4 : 8; }
 
@@ -129,6 +147,8 @@ struct Plan {
   int mma_warps = 4;           // ... with blocks of this many warps (4 or 8)
   int mma_tiles = 1;           // ... and this many M-tiles of 16 rows (1, 2, 4, 8): rows = 16 x mma_tiles a
                                // block, row_groups = ceil(rows per kv head / rows) blocks a kv head
+  bool mma_rows = false;       // ... its row-owning variant (decode_attention_mma_rows_cuda.cuh): each of
+                               // the mma_warps warps one M-tile (mma_tiles = mma_warps) over whole K/V tiles
   bool mma_sm_exclusive = false;  // ... and no more blocks than SMs: launched with the shared memory
                                   // that keeps one block an SM (sm_exclusive_smem in the launcher)
   bool cluster = false;        // the splits of a row group are one thread-block cluster: merged in the

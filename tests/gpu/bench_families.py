@@ -21,7 +21,8 @@ copy (read + write) in the same process. Outputs are checked against an fp32 ref
 bottom-right causal for speculative rows) on the first copy, where K/V repeated per query head stay
 under 1 GiB.
 Usage: python3 tests/gpu/bench_families.py OUT.json [--quick] [--reps N] [--max-gib G] [--dtypes fp16,bf16]
-       [--only NAME,...] [--budget-s SECONDS] [--variants [NAME,...]]
+       [--only NAME,...] [--budget-s SECONDS] [--variants [NAME,...]] [--min-rows R (only rows of at least R
+       query rows a kv head, q heads / kv heads x Tq: those a rule for large groups can touch)]
 """
 import json
 import sys
@@ -65,11 +66,14 @@ def shapes():
 # change of the planner is argued from): the merge kernel instead of a cluster, the row-per-warp kernel
 # instead of tensor cores, and the tensor-core kernel's rows of a kv head in blocks of at most 1, 2 or 8
 # M-tiles (_rt8: all in one block, the plan before row groups), 4, 8 or 16 splits forced (short calls),
-# splits that fill two tensor-core blocks an SM (_b2).
+# splits that fill two tensor-core blocks an SM (_b2), the key-slice tensor-core kernel where the plan takes the
+# row-owning one (_ks: the plan before it) and the row-owning kernel with 2, 4 or 8 warps forced (_rw2/4/8).
 # --variants NAME,... times only those.
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt1", {"mma_row_tiles": 1}),
             ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s4", {"splits": 4}),
-            ("_s8", {"splits": 8}), ("_s16", {"splits": 16}), ("_b2", {"mma_blocks_per_sm": 2}))
+            ("_s8", {"splits": 8}), ("_s16", {"splits": 16}), ("_b2", {"mma_blocks_per_sm": 2}),
+            ("_ks", {"mma_row_warps": -1}), ("_rw2", {"mma_row_warps": 2}), ("_rw4", {"mma_row_warps": 4}),
+            ("_rw8", {"mma_row_warps": 8}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
 
@@ -156,6 +160,7 @@ def main():
     budget_s = float(arg("--budget-s", 1e9))
     dts = [DTYPES[x] for x in arg("--dtypes", "fp16,bf16").split(",")]
     only = set(arg("--only", "").split(",")) - {""}
+    min_rows = int(arg("--min-rows", 0))
     # --variants alone: all of them; --variants NAME,... (no leading dash): those
     after = sys.argv[sys.argv.index("--variants") + 1:] if "--variants" in sys.argv else []
     picked = set(after[0].split(",")) if after and not after[0].startswith("-") else set()
@@ -170,7 +175,7 @@ def main():
     rows, skipped, t0 = [], [], time.time()
     for fam, hq, hkv, D, B, S, tq in shapes():
         for dt in dts:
-            if only and fam not in only:
+            if only and fam not in only or hq // hkv * tq < min_rows:
                 continue
             if "--quick" in sys.argv and (B not in (1, 16) or S not in (512, 8192)) and tq == 1:
                 continue

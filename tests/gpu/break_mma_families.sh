@@ -7,7 +7,10 @@
 #             last chunk from its first
 #   row groups  a block's rows are written as the kv head's first rows (finish_block ignores the row
 #             group's first row): every row group but the first writes nothing of its own
-# Usage: bash tests/gpu/break_mma_families.sh BUILD_DIR [cmake args...]; then
+#   row-owning  (decode_attention_mma_rows_cuda.cuh) P V reads the first 16 keys of V's tile for every
+#             16 keys of P
+# With ONLY=rows, only the last edit: the row-owning kernel's cases must fail, no other.
+# Usage: [ONLY=rows] bash tests/gpu/break_mma_families.sh BUILD_DIR [cmake args...]; then
 #        BUILD_DIR/test_decode_attention --families-only (expected: every case fails, none passes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,10 +24,13 @@ edit() {  # edit FROM TO [FILE]: exactly one line of FILE (default: the tensor-c
   [ "$n" = 1 ] || { echo "break_mma_families: '$1' found $n times" >&2; exit 1; }
   FROM=$1 TO=$2 python3 -c 'import os, sys; p = sys.argv[1]; s = open(p).read(); open(p, "w").write(s.replace(os.environ["FROM"], os.environ["TO"]))' "$f"
 }
-edit 'const int w = tile + j * MT;' 'const int w = j * MT;'
-edit 'q_frag(qf, kp + 1);' 'q_frag(qf, kp);'
-edit 'ok ? kb + s * ks0 + cc * 8 : kb, ok);' 'ok ? kb + s * ks0 + (cc == CH - 1 ? 0 : cc) * 8 : kb, ok);'
-edit 'const int hg = (st.row0 + r) / tq;' 'const int hg = r / tq;' "$src/custom_ops/kernels/decode_attention_merge_cuda.cuh"
+if [ "${ONLY:-}" != rows ]; then
+  edit 'const int w = tile + j * MT;' 'const int w = j * MT;'
+  edit 'q_frag(qf, kp + 1);' 'q_frag(qf, kp);'
+  edit 'ok ? kb + s * ks0 + cc * 8 : kb, ok);' 'ok ? kb + s * ks0 + (cc == CH - 1 ? 0 : cc) * 8 : kb, ok);'
+  edit 'const int hg = (st.row0 + r) / tq;' 'const int hg = r / tq;' "$src/custom_ops/kernels/decode_attention_merge_cuda.cuh"
+fi
+edit 'const int vkey = kk * 16 + (lane & 7)' 'const int vkey = (lane & 7)' "$src/custom_ops/kernels/decode_attention_mma_rows_cuda.cuh"
 cmake -S "$src/tests/native" -B "$build" -DPVT_WITH_CUDA=ON -G Ninja "$@" > "$build.cmake.log"
 cmake --build "$build" --target test_decode_attention >> "$build.cmake.log"
 echo "broken copy built: $build/test_decode_attention --families-only"

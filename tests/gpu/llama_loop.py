@@ -23,9 +23,10 @@ steps), the best of 3 rounds (1 with --quick, N with --rounds N) that run every 
 median step and median host launch time are kept too); peak memory = PyTorch's peak allocated above the
 weights + our mapped bytes (the highest of the rounds). --only B,ctx runs that one row.
 Usage: python3 tests/gpu/llama_loop.py OUT.json [--kv-heads 32|8|1] [--head-dim 128|256] [--quick] [--rounds N]
-       [--only B,ctx] [--cache-dtype float8_e4m3fn|int8] [--row-tiles 1|2|4|8]
+       [--only B,ctx] [--cache-dtype float8_e4m3fn|int8] [--row-tiles 1|2|4|8] [--row-warps -1|2|4|8]
 --row-tiles: our attention with at most that many M-tiles a tensor-core block (DecodeOptions::mma_row_tiles;
 8: all query rows of a kv head in one block, the plan before row groups), for every mode of ours.
+--row-warps: DecodeOptions::mma_row_warps (-1: never the row-owning tensor-core kernel, the plan before it).
 """
 import json
 import sys
@@ -281,6 +282,8 @@ def main():
     cache_dtype = sys.argv[sys.argv.index("--cache-dtype") + 1] if "--cache-dtype" in sys.argv else None
     modes = ("cat", "static", "ours", "ours_graph", "ours_graph_nopdl") + (("ours_q",) if cache_dtype else ())
     knobs = {"mma_row_tiles": int(sys.argv[sys.argv.index("--row-tiles") + 1])} if "--row-tiles" in sys.argv else {}
+    if "--row-warps" in sys.argv:
+        knobs["mma_row_warps"] = int(sys.argv[sys.argv.index("--row-warps") + 1])
     with torch.no_grad(), knob_set(ext, **knobs):
         for B in ((8,) if quick else (1, 8, 32)):
             for ctx in ((4096,) if quick else (1024, 4096, 16384)):

@@ -1,7 +1,7 @@
 """One decode-attention shape called a few times, for a profiler to attach to (ncu --kernel-name ...):
 per-slot cache [B, S + 64, Hkv, D] with cache_seqlens (as bench_families.py's ours_slot), fp16, the plan
 printed first.
-Usage: python3 tests/gpu/profile_call.py HQ HKV D B S [--calls N] [--row-tiles 1|2|4|8]
+Usage: python3 tests/gpu/profile_call.py HQ HKV D B S [--calls N] [--row-tiles 1|2|4|8] [--row-warps -1|2|4|8]
 """
 import sys
 
@@ -16,6 +16,8 @@ def main():
     hq, hkv, D, B, S = (int(x) for x in sys.argv[1:6])
     calls = int(sys.argv[sys.argv.index("--calls") + 1]) if "--calls" in sys.argv else 3
     knobs = {"mma_row_tiles": int(sys.argv[sys.argv.index("--row-tiles") + 1])} if "--row-tiles" in sys.argv else {}
+    if "--row-warps" in sys.argv:  # DecodeOptions::mma_row_warps (-1: the key-slice tensor-core kernel)
+        knobs["mma_row_warps"] = int(sys.argv[sys.argv.index("--row-warps") + 1])
     ext = build.load()
     dt = torch.float16
     q = torch.randn(B, 1, hq, D, device="cuda", dtype=dt)

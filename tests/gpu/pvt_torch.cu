@@ -52,7 +52,8 @@ void* stream() { return at::cuda::getCurrentCUDAStream().stream(); }
 pvt::DecodeOptions g_options;
 
 void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_warps, bool no_pdl, bool no_cluster,
-                        int64_t mma_blocks_per_sm, int64_t mma_row_tiles, int64_t split_keys, int64_t balance) {
+                        int64_t mma_blocks_per_sm, int64_t mma_row_tiles, int64_t split_keys, int64_t balance,
+                        int64_t mma_row_warps) {
   pvt::DecodeOptions o;
   o.splits = splits;
   o.no_mma = no_mma;
@@ -64,6 +65,7 @@ void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_w
   o.mma_row_tiles = static_cast<int>(mma_row_tiles);
   o.split_keys = split_keys;
   o.balance = static_cast<int>(balance);
+  o.mma_row_warps = static_cast<int>(mma_row_warps);
   check(pvt::decode_plan::check_options(o));
   g_options = o;
 }
@@ -80,6 +82,7 @@ pybind11::dict decode_options() {
   d["mma_row_tiles"] = g_options.mma_row_tiles;
   d["split_keys"] = g_options.split_keys;
   d["balance"] = g_options.balance;
+  d["mma_row_warps"] = g_options.mma_row_warps;
   return d;
 }
 
@@ -182,7 +185,7 @@ pybind11::dict plan(const torch::Tensor& q, const torch::Tensor& k, const torch:
   pvt::decode_plan::Plan pl;
   check(pvt::decode_attention_cuda_plan(params(q, k, v, out, kv_len, cache_seqlens, kv_batch_index, cu_seqlens_q, lse, q_len), &pl));
   pybind11::dict d;
-  d["kernel"] = pl.mma_kernel ? "mma" : pl.rows_kernel ? "rows" : "one_row";
+  d["kernel"] = pl.mma_rows ? "mma_rows" : pl.mma_kernel ? "mma" : pl.rows_kernel ? "rows" : "one_row";
   d["mma_tiles"] = pl.mma_tiles;
   d["row_groups"] = pl.row_groups;
   d["mma_warps"] = pl.mma_warps;
@@ -193,32 +196,50 @@ pybind11::dict plan(const torch::Tensor& q, const torch::Tensor& k, const torch:
   return d;
 }
 
+// What the device says about one tensor-core instance, as a dict (tiles: the key-slice kernel's M-tiles, or
+// "rows" for the row-owning kernel).
+pybind11::dict facts_dict(const pvt::decode_cuda::MmaFacts& f, int D, int warps, pybind11::object tiles) {
+  pybind11::dict d;
+  d["head_dim"] = D;
+  d["warps"] = warps;
+  d["tiles"] = tiles;
+  d["sm80"] = f.sm80;
+  d["resident"] = f.resident;
+  d["cluster_limit"] = f.cluster_limit;
+  d["query_error"] = f.query_error;
+  d["max_clusters"] = std::vector<int>(f.max_clusters + 2, f.max_clusters + pvt::decode_plan::kMaxClusterSplits + 1);
+  return d;
+}
+
 pybind11::list mma_probe() {
   namespace dc = pvt::decode_cuda;
+  const pvt::ScalarType h = pvt::ScalarType::kFloat16;
   pybind11::list out;
   for (int D : {64, 80, 96, 128, 256})
     for (int tiles : {1, 2, 4, 8})
       for (int warps : {4, 8}) {
         dc::MmaFacts f;
         switch (D) {
-          case 64: f = dc::mma_facts<64>(pvt::ScalarType::kFloat16, warps, tiles); break;
-          case 80: f = dc::mma_facts<80>(pvt::ScalarType::kFloat16, warps, tiles); break;
-          case 96: f = dc::mma_facts<96>(pvt::ScalarType::kFloat16, warps, tiles); break;
-          case 128: f = dc::mma_facts<128>(pvt::ScalarType::kFloat16, warps, tiles); break;
-          default: f = dc::mma_facts<256>(pvt::ScalarType::kFloat16, warps, tiles); break;
+          case 64: f = dc::mma_facts<64>(h, warps, tiles); break;
+          case 80: f = dc::mma_facts<80>(h, warps, tiles); break;
+          case 96: f = dc::mma_facts<96>(h, warps, tiles); break;
+          case 128: f = dc::mma_facts<128>(h, warps, tiles); break;
+          default: f = dc::mma_facts<256>(h, warps, tiles); break;
         }
-        if (!f.exists) continue;
-        pybind11::dict d;
-        d["head_dim"] = D;
-        d["warps"] = warps;
-        d["tiles"] = tiles;
-        d["sm80"] = f.sm80;
-        d["resident"] = f.resident;
-        d["cluster_limit"] = f.cluster_limit;
-        d["query_error"] = f.query_error;
-        d["max_clusters"] = std::vector<int>(f.max_clusters + 2, f.max_clusters + pvt::decode_plan::kMaxClusterSplits + 1);
-        out.append(d);
+        if (f.exists) out.append(facts_dict(f, D, warps, pybind11::int_(tiles)));
       }
+  for (int D : {64, 80, 96, 128, 256})  // the row-owning kernel's instances
+    for (int warps : {2, 4, 8}) {
+      dc::MmaFacts f;
+      switch (D) {
+        case 64: f = dc::mma_rows_facts<64>(h, warps); break;
+        case 80: f = dc::mma_rows_facts<80>(h, warps); break;
+        case 96: f = dc::mma_rows_facts<96>(h, warps); break;
+        case 128: f = dc::mma_rows_facts<128>(h, warps); break;
+        default: f = dc::mma_rows_facts<256>(h, warps); break;
+      }
+      if (f.exists) out.append(facts_dict(f, D, warps, pybind11::str("rows")));
+    }
   return out;
 }
 
@@ -405,6 +426,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("mma_warps") = defaults.mma_warps, pybind11::arg("no_pdl") = defaults.no_pdl,
         pybind11::arg("no_cluster") = defaults.no_cluster, pybind11::arg("mma_blocks_per_sm") = defaults.mma_blocks_per_sm,
         pybind11::arg("mma_row_tiles") = defaults.mma_row_tiles,
-        pybind11::arg("split_keys") = defaults.split_keys, pybind11::arg("balance") = defaults.balance);
+        pybind11::arg("split_keys") = defaults.split_keys, pybind11::arg("balance") = defaults.balance,
+        pybind11::arg("mma_row_warps") = defaults.mma_row_warps);
   m.def("decode_options", &decode_options);
 }

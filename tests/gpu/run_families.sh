@@ -35,6 +35,13 @@ summary() {  # the log's failures (first 30), its last line
   "$P"/test_decode_attention_broken --families-only > "$O/t.log" 2>&1; echo "rc=$?"
   grep -E "^PASS variant.mma|^PASS varlen.family" "$O/t.log" | grep -v "\.plan\|\.reference\|\.alloc\|\.upload\|\.launch\|\.sync" | head
   echo "family cases failing: $(grep -E '^FAIL' "$O/t.log" | grep -vc '\.plan')"; tail -1 "$O/t.log"
+  if [ -x "$P"/test_decode_attention_broken_rows ]; then
+    echo "== the row-owning kernel alone broken on purpose: test_decode_attention_broken_rows --families-only"
+    "$P"/test_decode_attention_broken_rows --families-only > "$O/broken_rows.log" 2>&1; echo "rc=$?"
+    echo "cases failing: $(grep -E '^FAIL' "$O/broken_rows.log" | grep -v '\.plan' | sed 's/^FAIL //; s/:.*//' | sort -u | wc -l)"
+    grep -E '^FAIL' "$O/broken_rows.log" | grep -v '\.plan' | sed 's/^FAIL //; s/:.*//' | sort -u | head -60
+    tail -1 "$O/broken_rows.log"
+  fi
   echo "== memcheck test_decode_attention --families-only (start ${SECONDS}s)"
   timeout "${MEMCHECK_S:-600}" compute-sanitizer --tool memcheck "$P"/test_decode_attention --families-only 2>&1 | grep -E "ERROR SUMMARY|passed|^=+ .*(Invalid|Error)" | head -8
   echo "== test_decode_attention --no-bench, cut at ${FULL_TEST_S:-600}s (start ${SECONDS}s)"

@@ -233,7 +233,9 @@ const char* dname(ScalarType t) { return scalar_type_name(t); }
 
 // The plan of a seq-major case on this device takes the tensor-core kernel with `tiles` M-tiles a block
 // and `groups` row groups a kv head (the planner reads no memory: placeholder, 16-byte aligned pointers).
-void expect_mma_plan(Report& r, const Case& c, int tiles, int64_t groups) {
+// rows: whether the plan must be the row-owning kernel (decode_attention_mma_rows_cuda.cuh; tiles are
+// then its warps) or the key-slice one.
+void expect_mma_plan(Report& r, const Case& c, int tiles, int64_t groups, bool rows) {
   DecodeAttentionParams p;
   p.batch = c.B; p.q_len = c.Tq; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.S;
   p.dtype = c.dtype;
@@ -250,10 +252,12 @@ void expect_mma_plan(Report& r, const Case& c, int tiles, int64_t groups) {
   std::copy(ks, ks + 4, p.v_stride);
   decode_plan::Plan plan;
   if (!r.ok(decode_attention_cuda_plan(p, &plan), c.name + ".plan")) return;
-  char why[128];
-  std::snprintf(why, sizeof(why), "mma_kernel %d, mma_tiles %d, row_groups %lld (want 1, %d, %lld)", plan.mma_kernel,
-                plan.mma_tiles, static_cast<long long>(plan.row_groups), tiles, static_cast<long long>(groups));
-  r.check(plan.mma_kernel && plan.mma_tiles == tiles && plan.row_groups == groups, c.name + ".plan_is_mma", why);
+  char why[160];
+  std::snprintf(why, sizeof(why), "mma_kernel %d, mma_rows %d, mma_tiles %d, row_groups %lld (want 1, %d, %d, %lld)",
+                plan.mma_kernel, plan.mma_rows, plan.mma_tiles, static_cast<long long>(plan.row_groups), rows, tiles,
+                static_cast<long long>(groups));
+  r.check(plan.mma_kernel && plan.mma_rows == rows && plan.mma_tiles == tiles && plan.row_groups == groups,
+          c.name + ".plan_is_mma", why);
 }
 
 void test_matrix(Report& r, std::mt19937& rng, cudaStream_t stream) {
@@ -327,8 +331,10 @@ void test_mma_families(Report& r, std::mt19937& rng, cudaStream_t stream) {
   // case's plan is checked to be that kernel with those M-tiles a block and row groups a kv head. The
   // planner spreads a large group over row groups of one M-tile (few blocks) or two (a full grid:
   // falcon71.b48); `force` sets DecodeOptions::mma_row_tiles, so the 2-, 4- and 8-M-tile blocks (all
-  // rows of a kv head in one block, or in fewer groups) stay checked.
-  struct MmaCase { Case c; int force, tiles; int64_t groups; };
+  // rows of a kv head in one block, or in fewer groups) stay checked. `rows`: -1, the key-slice kernel
+  // (DecodeOptions::mma_row_warps -1, as every case above the row-owning kernel's); 0, the plan's own
+  // choice, which must be the row-owning kernel with `tiles` warps; 2, 4 or 8, that kernel forced.
+  struct MmaCase { Case c; int force, tiles; int64_t groups; int rows = -1; };
   const std::vector<MmaCase> mma = {
       {{"mma.gqa32_8.tiles1.fp16", 2, 1, 32, 8, 128, 1000, f16}, 0, 1, 1},  // the measured kernel of the tables
       {{"mma.mqa32.groups2.fp16", 2, 1, 32, 1, 128, 1500, f16}, 0, 1, 2},
@@ -361,12 +367,36 @@ void test_mma_families(Report& r, std::mt19937& rng, cudaStream_t stream) {
       {{"mma.d96.mqa24.groups2.fp16", 1, 1, 24, 1, 96, 2000, f16}, 0, 1, 2},
       {{"mma.d96.mqa24.tiles2.fp16", 1, 1, 24, 1, 96, 2000, f16}, 2, 2, 1},
       {{"mma.d96.rows128.tiles8.fp16", 1, 2, 64, 1, 96, 350, f16}, 8, 8, 1},
+      // The row-owning kernel (warps own 16 rows each over whole K/V tiles): the plan's own choice (48-64
+      // rows a kv head over a long context: StarCoder B=32 S=9000, 4 warps), and 2, 4 or 8 warps forced;
+      // idle warps (rows past the group), causal Tq rows, head dims 64-256, many splits.
+      {{"mma.rows.starcoder48.b32.s9000.plan.fp16", 32, 1, 48, 1, 128, 9000, f16}, 0, 4, 1, 0},
+      {{"mma.rows.mqa32.w2.fp16", 2, 1, 32, 1, 128, 1500, f16}, 0, 2, 1, 2},
+      {{"mma.rows.mqa32.s20000.w2.bf16", 1, 1, 32, 1, 128, 20000, bf16}, 0, 2, 1, 2},
+      {{"mma.rows.falcon71.d64.w4_groups2.bf16", 1, 1, 71, 1, 64, 700, bf16}, 0, 4, 2, 4},
+      {{"mma.rows.falcon71.d64.s9000.w4_groups2.fp16", 2, 1, 71, 1, 64, 9000, f16}, 0, 4, 2, 4},
+      {{"mma.rows.falcon71.d64.w8.fp16", 1, 1, 71, 1, 64, 700, f16}, 0, 8, 1, 8},
+      {{"mma.rows.falcon71.d64.b48.w2_groups3.bf16", 48, 1, 71, 1, 64, 300, bf16}, 0, 2, 3, 2},
+      {{"mma.rows.starcoder48.w4.bf16", 2, 1, 48, 1, 128, 900, bf16}, 0, 4, 1, 4},
+      {{"mma.rows.starcoder48.w2_groups2.fp16", 3, 1, 48, 1, 128, 700, f16}, 0, 2, 2, 2},
+      {{"mma.rows.tq8.rows128.w4_groups2.fp16", 1, 8, 32, 2, 128, 400, f16}, 0, 4, 2, 4},
+      {{"mma.rows.tq8.rows128.w8.bf16", 1, 8, 32, 2, 128, 400, bf16}, 0, 8, 1, 8},
+      {{"mma.rows.tq3.rows99.w4_groups2.bf16", 1, 3, 33, 1, 128, 260, bf16}, 0, 4, 2, 4},
+      {{"mma.rows.gqa8_tq8.rows64.w4.fp16", 1, 8, 16, 2, 128, 600, f16}, 0, 4, 1, 4},
+      {{"mma.rows.gemma8.d256.w2.bf16", 2, 1, 8, 1, 256, 2100, bf16}, 0, 2, 1, 2},
+      {{"mma.rows.d256.tq4.rows32.w2.fp16", 1, 4, 8, 1, 256, 800, f16}, 0, 2, 1, 2},
+      {{"mma.rows.d256.tq2.rows48.w4.bf16", 1, 2, 24, 1, 256, 500, bf16}, 0, 4, 1, 4},
+      {{"mma.rows.d256.tq4.rows128.w8.bf16", 1, 4, 64, 2, 256, 300, bf16}, 0, 8, 1, 8},
+      {{"mma.rows.d80.tq5.rows40.w4.bf16", 1, 5, 16, 2, 80, 500, bf16}, 0, 4, 1, 4},
+      {{"mma.rows.d96.mqa24.w2.fp16", 1, 1, 24, 1, 96, 2000, f16}, 0, 2, 1, 2},
+      {{"mma.rows.d96.rows128.w8.fp16", 1, 2, 64, 1, 96, 350, f16}, 0, 8, 1, 8},
   };
   const DecodeOptions pass = g_options;
   for (MmaCase m : mma) {
     m.c.name = g_mode + "variant." + m.c.name;
     g_options.mma_row_tiles = m.force;
-    if (!g_options.no_mma) expect_mma_plan(r, m.c, m.tiles, m.groups);
+    g_options.mma_row_warps = m.rows;
+    if (!g_options.no_mma) expect_mma_plan(r, m.c, m.tiles, m.groups, m.rows != -1);
     run_case(r, m.c, rng, stream);
     g_options = pass;
   }
@@ -388,6 +418,7 @@ struct VarlenCase {
   std::vector<int32_t> mapped;    // kv_mapped per slot (empty: none given)
   bool slot_major = true;         // [slots, Smax, H, D] storage; false: seq-major [Smax, slots, H, D]
   int row_tiles = 0;              // DecodeOptions::mma_row_tiles for this case (0: the plan's)
+  int row_warps = 0;              // DecodeOptions::mma_row_warps for this case (0: the plan's)
   int want_balanced = -1;         // 1 / 0: the plan must (not) be balanced (Plan::balance_blocks); -1: either
 };
 
@@ -475,6 +506,7 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
   p.batch = B; p.q_len = c.q_len; p.q_heads = c.Hq; p.kv_heads = c.Hkv; p.head_dim = c.D; p.kv_len = c.kv_len;
   DecodeOptions options = g_options;
   if (c.row_tiles != 0) options.mma_row_tiles = c.row_tiles;
+  if (c.row_warps != 0) options.mma_row_warps = c.row_warps;
   p.options = &options;
   p.dtype = c.dtype; p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
   const int64_t qs[4] = {c.q_len * c.Hq * c.D, c.Hq * c.D, c.D, 1};
@@ -570,6 +602,18 @@ void test_varlen(Report& r, std::mt19937& rng, cudaStream_t stream) {
       {"family.decode.slots.falcon71.d64.tiles8.bf16", 2, 1200, 71, 1, 64, bf16, {}, {1199, 300}, {1, 1}, 1, 1200, {}, true, 8},
       {"family.decode.slots.falcon71.d64.tiles2.fp16", 2, 1200, 71, 1, 64, f16, {1, 0}, {700, 1199}, {1, 1}, 1, 1200, {}, true, 2},
       {"family.packed.spec_verify.rows64.tiles4.bf16", 3, 2048, 32, 4, 128, bf16, {}, {100, 2000, 700}, {8, 3, 5}, 8, 2048, {}, true, 8},
+      // The key-slice kernel's row groups per slot forced (mma_row_warps -1: what the plan takes above
+      // too, short contexts), the row-owning kernel with 8 and 2 warps forced (one row group of 71 rows;
+      // 3 of 32, 32 and 7), and the plan's own choice of it: Qwen2 28/4 verifying 8 tokens (56 rows) per
+      // slot over a long context (8 slots x 4 kv heads, 8 splits of about 1k keys).
+      {"family.decode.slots.mqa32.keyslice.fp16", 3, 3000, 32, 1, 128, f16, {2, 0, 1}, {1500, 2998, 40}, {1, 1, 1}, 1, 3000, {}, true, 0, -1},
+      {"family.decode.slots.falcon71.d64.keyslice.bf16", 2, 1200, 71, 1, 64, bf16, {}, {1199, 300}, {1, 1}, 1, 1200, {}, true, 0, -1},
+      {"family.decode.slots.falcon71.d64.rows8.fp16", 2, 1200, 71, 1, 64, f16, {1, 0}, {700, 1199}, {1, 1}, 1, 1200, {}, true, 0, 8},
+      {"family.decode.slots.falcon71.d64.rows2.bf16", 2, 5000, 71, 1, 64, bf16, {}, {4999, 2100}, {1, 1}, 1, 5000, {}, false, 0, 2},
+      {"family.packed.spec_verify.rows64.rows8.fp16", 3, 2048, 32, 4, 128, f16, {}, {100, 2000, 700}, {8, 3, 5}, 8, 2048, {}, true, 0, 8},
+      {"family.decode.slots.gemma.d256.rows2.fp16", 2, 2500, 8, 1, 256, f16, {}, {2400, 17}, {1, 1}, 1, 2500, {}, true, 0, 2},
+      {"family.decode.slots.spec_verify.qwen2.long.plan.bf16", 8, 8300, 28, 4, 128, bf16, {}, {8291, 5000, 8200, 100, 8291, 7000, 3, 8000},
+       {8, 8, 8, 8, 8, 8, 8, 8}, 8, 8300, {}, true},
   };
   for (VarlenCase& c : cs) {
     if (g_families_only && c.name.find("family.") != 0) continue;

@@ -40,6 +40,7 @@ struct Case {
   int64_t value;
   Expected want;
   int tiles = 1;  // the tensor-core kernel's M-tiles (Plan::mma_tiles; 1 for every other kernel)
+  int mma_rows = 0;  // Plan::mma_rows: the row-owning tensor-core kernel (its warps are its M-tiles)
 };
 
 // B in {1, 8, 32} x S in {1k, 4k, 16k, 64k} x MHA 32/32 and GQA 32/8 x seq-major and per-slot, fp16,
@@ -126,29 +127,29 @@ const Case kCases[] = {
     // of 16 rows, 8 warps for two or more a block; a large group in row groups of one or two M-tiles, each
     // next to its `_rt8` twin: all rows in one block, the plan before row groups); MHA at 96 stays on the
     // one-row kernel.
-    {"mqa32", 1, 8, 8192, 32, 1, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 2, 8, 1024, 256, 0, 1, 8, 0, 1, 1064960, 1}, 1},
+    {"mqa32", 1, 8, 8192, 32, 1, 128, 1, 0, 0, 0, "mma_row_warps", -1, {1, 8, 16, 1, 16, 2, 8, 1024, 256, 0, 1, 8, 0, 1, 1064960, 1}, 1},
     {"mqa32_rt8", 1, 8, 8192, 32, 1, 128, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
-    {"mqa32_slot", 2, 8, 8192, 32, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 2, 8, 1024, 256, 0, 1, 8, 0, 1, 1064960, 1}, 1},
+    {"mqa32_slot", 2, 8, 8192, 32, 1, 128, 1, 1, 0, 0, "mma_row_warps", -1, {1, 8, 16, 1, 16, 2, 8, 1024, 256, 0, 1, 8, 0, 1, 1064960, 1}, 1},
     {"mqa32_slot_rt8", 2, 8, 8192, 32, 1, 128, 1, 1, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
-    {"falcon71_d64", 2, 4, 2048, 71, 1, 64, 1, 0, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 6, 342, 284, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"falcon71_d64", 2, 4, 2048, 71, 1, 64, 1, 0, 0, 0, "mma_row_warps", -1, {1, 8, 8, 1, 16, 5, 6, 342, 284, 0, 1, 8, 1, 1, 0, 1}, 1},
     {"falcon71_d64_rt8", 2, 4, 2048, 71, 1, 64, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 8, 1, 128, 1, 8, 256, 284, 0, 1, 8, 1, 1, 0, 1}, 8},
-    {"starcoder48", 1, 16, 2048, 48, 1, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 3, 2, 1024, 768, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"starcoder48", 1, 16, 2048, 48, 1, 128, 1, 0, 0, 0, "mma_row_warps", -1, {1, 8, 16, 1, 16, 3, 2, 1024, 768, 0, 1, 8, 1, 1, 0, 1}, 1},
     {"starcoder48_rt8", 1, 16, 2048, 48, 1, 128, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 64, 1, 8, 256, 768, 0, 1, 8, 1, 1, 0, 1}, 4},
     {"gemma_d256", 2, 4, 8192, 8, 1, 256, 1, 1, 0, 0, "", 0, {1, 8, 32, 1, 16, 1, 33, 249, 32, 0, 1, 4, 0, 1, 1089792, 1}, 1},
     {"gemma_d256_warps8", 2, 1, 2048, 8, 1, 256, 1, 0, 0, 0, "mma_warps", 8, {1, 8, 32, 1, 16, 1, 8, 256, 8, 0, 1, 4, 1, 1, 0, 1}, 1},
-    {"spec_gqa_tq8", 1, 4, 4096, 32, 8, 128, 8, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 2, 2, 2048, 1024, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"spec_gqa_tq8", 1, 4, 4096, 32, 8, 128, 8, 1, 0, 0, "mma_row_warps", -1, {1, 8, 16, 1, 16, 2, 2, 2048, 1024, 0, 1, 8, 1, 1, 0, 1}, 1},
     {"spec_gqa_tq8_rt8", 1, 4, 4096, 32, 8, 128, 8, 1, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 32, 1, 4, 1024, 1024, 0, 1, 8, 1, 1, 0, 1}, 2},
-    {"qwen2_tq8", 1, 1, 2048, 28, 4, 128, 8, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 4, 8, 256, 224, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"qwen2_tq8", 1, 1, 2048, 28, 4, 128, 8, 0, 0, 0, "mma_row_warps", -1, {1, 8, 16, 1, 16, 4, 8, 256, 224, 0, 1, 8, 1, 1, 0, 1}, 1},
     {"qwen2_tq8_rt8", 1, 1, 2048, 28, 4, 128, 8, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 64, 1, 8, 256, 224, 0, 1, 8, 1, 1, 0, 1}, 4},
     {"d80_gqa", 1, 2, 4096, 16, 2, 80, 1, 0, 0, 0, "", 0, {1, 8, 10, 1, 16, 1, 32, 128, 32, 0, 1, 8, 0, 1, 335872, 1}, 1},
     {"phi3_d96_mha", 1, 1, 2048, 32, 32, 96, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 128, 32, 0, 0, 4, 0, 1, 200704, 0}, 1},
     // Large groups spread over row groups (choose_row_tiles): one M-tile a block where every row group of
     // every (entry, kv head) has an SM, else two; forced counts above what the rows need are capped.
-    {"falcon71_b1_s512", 1, 1, 512, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 8, 64, 71, 0, 1, 8, 1, 1, 0, 1}, 1},
-    {"falcon71_b64_s32k", 1, 64, 32768, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 1, 32768, 4544, 0, 1, 4, 0, 1, 0, 0}, 1},
-    {"starcoder48_b1_s512", 2, 1, 512, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 3, 8, 64, 48, 0, 1, 8, 1, 1, 0, 1}, 1},
-    {"gemma_tq4_d256", 1, 2, 8192, 8, 1, 256, 4, 1, 0, 0, "", 0, {1, 8, 32, 1, 16, 2, 33, 249, 64, 0, 1, 4, 0, 1, 2179584, 1}, 1},
-    {"mqa128_d80", 1, 4, 4096, 128, 1, 80, 1, 0, 0, 0, "", 0, {1, 8, 10, 1, 16, 8, 4, 1024, 512, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"falcon71_b1_s512", 1, 1, 512, 71, 1, 64, 1, 1, 0, 0, "mma_row_warps", -1, {1, 8, 8, 1, 16, 5, 8, 64, 71, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"falcon71_b64_s32k", 1, 64, 32768, 71, 1, 64, 1, 1, 0, 0, "mma_row_warps", -1, {1, 8, 8, 1, 16, 5, 1, 32768, 4544, 0, 1, 4, 0, 1, 0, 0}, 1},
+    {"starcoder48_b1_s512", 2, 1, 512, 48, 1, 128, 1, 1, 0, 0, "mma_row_warps", -1, {1, 8, 16, 1, 16, 3, 8, 64, 48, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"gemma_tq4_d256", 1, 2, 8192, 8, 1, 256, 4, 1, 0, 0, "mma_row_warps", -1, {1, 8, 32, 1, 16, 2, 33, 249, 64, 0, 1, 4, 0, 1, 2179584, 1}, 1},
+    {"mqa128_d80", 1, 4, 4096, 128, 1, 80, 1, 0, 0, 0, "mma_row_warps", -1, {1, 8, 10, 1, 16, 8, 4, 1024, 512, 0, 1, 8, 1, 1, 0, 1}, 1},
     {"mqa32_rt2", 1, 8, 8192, 32, 1, 128, 1, 0, 0, 0, "mma_row_tiles", 2, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
     {"gqa_rt8_capped", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 16, 1, 16, 256, 32, 0, 1, 8, 0, 1, 266240, 1}, 1},
     // Short contexts on a small grid: one full cluster of 8 splits (fill_cluster) up to 2304 keys, not
@@ -157,6 +158,21 @@ const Case kCases[] = {
     {"gqa_b1_s2400_no_fill", 1, 1, 2400, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 16, 150, 32, 0, 1, 8, 0, 1, 266240, 1}, 1},
     {"gqa_b4_s512_no_fill", 1, 4, 512, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 4, 128, 128, 0, 1, 8, 1, 1, 0, 1}, 1},
     {"gemma_b1_s512_splits4", 1, 1, 512, 8, 1, 256, 1, 1, 0, 0, "splits", 4, {1, 8, 32, 1, 16, 1, 4, 128, 8, 0, 1, 4, 1, 1, 0, 1}, 1},
+    // The row-owning kernel (choose_rows_warps): 48-64 rows a kv head (4 warps, groups at least 3/4 full)
+    // over a long context with splits of at least 384 keys; not for short splits, 32 rows, Falcon's 71
+    // rows (two groups of 64), a short context; forced with mma_row_warps (any rows, 2, 4 or 8 warps).
+    {"rows_starcoder48_b16_s32k", 1, 16, 32768, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 16, 2048, 768, 0, 1, 4, 0, 1, 6389760, 0}, 4, 1},
+    {"rows_starcoder48_b4_s32k", 1, 4, 32768, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 66, 497, 192, 0, 1, 4, 0, 1, 6589440, 0}, 4, 1},
+    {"rows_starcoder48_b1_s32k_short_splits", 1, 1, 32768, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 3, 44, 745, 48, 0, 1, 8, 0, 1, 1098240, 1}, 1, 0},
+    {"rows_starcoder48_b64_s2k_short_context", 1, 64, 2048, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 32, 2, 1, 2048, 3072, 0, 1, 8, 0, 1, 0, 1}, 2, 0},
+    {"rows_qwen2_tq8_b16_s8k", 1, 16, 8192, 28, 4, 128, 8, 1, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 4, 2048, 3584, 0, 1, 4, 0, 1, 7454720, 0}, 4, 1},
+    {"rows_llama3_tq8_b16_s8k_32rows", 1, 16, 8192, 32, 8, 128, 8, 1, 0, 0, "", 0, {1, 8, 16, 1, 32, 1, 1, 8192, 4096, 0, 1, 8, 0, 1, 0, 1}, 2, 0},
+    {"rows_mqa32_b64_s32k_32rows", 1, 64, 32768, 32, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 32, 1, 2, 16384, 2048, 0, 1, 8, 0, 1, 2129920, 1}, 2, 0},
+    {"rows_falcon71_b16_s32k_part_empty", 1, 16, 32768, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 32, 3, 2, 16384, 1136, 0, 1, 8, 0, 1, 599808, 1}, 2, 0},
+    {"rows_forced_w8_falcon71", 1, 16, 32768, 71, 1, 64, 1, 1, 0, 0, "mma_row_warps", 8, {1, 8, 8, 1, 128, 1, 8, 4096, 1136, 0, 1, 8, 0, 1, 2399232, 1}, 8, 1},
+    {"rows_forced_w2_mqa32", 2, 4, 2048, 32, 1, 128, 1, 0, 0, 0, "mma_row_warps", 2, {1, 8, 16, 1, 32, 1, 8, 256, 128, 0, 1, 2, 1, 1, 0, 1}, 2, 1},
+    {"rows_never_starcoder48", 1, 16, 32768, 48, 1, 128, 1, 1, 0, 0, "mma_row_warps", -1, {1, 8, 16, 1, 32, 2, 4, 8192, 768, 0, 1, 8, 0, 1, 1597440, 1}, 2, 0},
+    {"rows_tiles_forced_starcoder48", 1, 16, 32768, 48, 1, 128, 1, 1, 0, 0, "mma_row_tiles", 2, {1, 8, 16, 1, 32, 2, 4, 8192, 768, 0, 1, 8, 0, 1, 1597440, 1}, 2, 0},
 };
 
 DecodeOptions options_for(const Case& c) {
@@ -172,6 +188,7 @@ DecodeOptions options_for(const Case& c) {
   if (n == "mma_row_tiles") o.mma_row_tiles = static_cast<int>(c.value);
   if (n == "split_keys") o.split_keys = c.value;
   if (n == "balance") o.balance = static_cast<int>(c.value);
+  if (n == "mma_row_warps") o.mma_row_warps = static_cast<int>(c.value);
   return o;
 }
 
@@ -218,11 +235,11 @@ std::string name_of(const Case& c) {
 // Prints a row as it is written in kCases (to freeze a new row once its plan is argued right).
 void print_row(const Case& c, const Plan& p) {
   std::printf("info row {\"%s\", %d, %ld, %ld, %ld, %ld, %ld, %ld, %d, %d, %d, \"%s\", %ld, {%d, %d, %d, %d, %d, %ld, %ld, "
-              "%ld, %ld, %d, %d, %d, %d, %d, %zu, %d}, %d},\n",
+              "%ld, %ld, %d, %d, %d, %d, %d, %zu, %d}, %d, %d},\n",
               c.name, c.dtype, (long)c.B, (long)c.S, (long)c.Hq, (long)c.Hkv, (long)c.D, (long)c.Tq, c.slot, c.mask,
               c.unaligned, c.option, (long)c.value, p.vectorised, p.vec, p.lanes, p.chunks, p.rows, (long)p.row_groups,
               (long)p.splits, (long)p.keys_per_split, (long)p.rows_total, p.rows_kernel, p.mma_kernel, p.mma_warps,
-              p.cluster, p.programmatic, p.workspace_bytes, p.mma_sm_exclusive, p.mma_tiles);
+              p.cluster, p.programmatic, p.workspace_bytes, p.mma_sm_exclusive, p.mma_tiles, p.mma_rows);
 }
 
 void test_table(Report& r) {
@@ -253,6 +270,7 @@ void test_table(Report& r) {
     r.eq(got.workspace_bytes, w.workspace_bytes, n + ".workspace_bytes");
     r.eq(got.mma_sm_exclusive, w.mma_sm_exclusive, n + ".mma_sm_exclusive");
     r.eq(plan.mma_tiles, c.tiles, n + ".mma_tiles");
+    r.eq(plan.mma_rows, c.mma_rows != 0, n + ".mma_rows");
   }
 }
 
@@ -273,6 +291,11 @@ void test_errors(Report& r) {
   r.code(check_options(o), Code::kInvalidArgument, "errors.mma_row_tiles_3");
   o.mma_row_tiles = -1;
   r.code(check_options(o), Code::kInvalidArgument, "errors.mma_row_tiles_negative");
+  o = DecodeOptions{};
+  o.mma_row_warps = 3;
+  r.code(check_options(o), Code::kInvalidArgument, "errors.mma_row_warps_3");
+  o.mma_row_warps = -2;
+  r.code(check_options(o), Code::kInvalidArgument, "errors.mma_row_warps_minus2");
   const Case& gqa = kCases[2];  // GQA B=1 S=1k: the tensor-core kernel
   DecodeAttentionParams p;
   Plan plan;
@@ -301,7 +324,8 @@ void test_cluster_fit(Report& r) {
 
 // Row groups of two M-tiles whose 8-warp instance fits two blocks an SM (head_dim 64 on the H200) take
 // the splits of two blocks an SM: Falcon 71/1 B=16 S=8k per slot, 3 row groups of 32 rows, 5 splits
-// instead of 2; one M-tile (B=1) or one block an SM keep theirs; a forced blocks-an-SM count wins.
+// instead of 2; one M-tile (B=1) or one block an SM keep theirs; a forced blocks-an-SM count wins (the
+// key-slice kernel, mma_row_warps -1).
 void test_two_per_sm(Report& r) {
   const Case falcon{"two_per_sm", 1, 16, 8256, 71, 1, 64, 1, 1, 0, 0, "", 0, {}, 1};
   const Case falcon_b1{"two_per_sm_b1", 1, 1, 8256, 71, 1, 64, 1, 1, 0, 0, "", 0, {}, 1};
@@ -312,6 +336,7 @@ void test_two_per_sm(Report& r) {
                           std::to_string(w.blocks_per_sm);
     DecodeOptions o;
     o.mma_blocks_per_sm = w.blocks_per_sm;
+    o.mma_row_warps = -1;  // the key-slice kernel's rule
     Plan plan;
     if (!r.ok(plan_case(*w.c, &o, &plan, -1, w.resident8), n + ".plan")) continue;
     r.eq(int64_t{plan.mma_tiles}, w.tiles, n + ".mma_tiles");
