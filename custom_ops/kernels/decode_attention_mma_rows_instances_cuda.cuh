@@ -13,6 +13,7 @@ namespace decode_cuda {
 template <typename T, int D, int WARPS>
 struct MmaRows {
   static constexpr auto kernel = decode_attention_mma_rows_kernel<T, D, WARPS>;
+  static constexpr bool kBalanced = false;  // balanced grids are the key-slice kernel's (Mma) only
   static constexpr size_t smem = mma_rows_smem_bytes(D, WARPS);
   static constexpr int threads = WARPS * 32;
   static MmaFacts facts() {
