@@ -16,6 +16,8 @@ enum class ScalarType { kFloat32 = 0, kFloat16, kBFloat16, kBool };
 
 const char* scalar_type_name(ScalarType t);
 
+constexpr int kBalanceRule = -1;  // DecodeOptions::balance: the rule's shapes and budget
+
 // Benchmark and test knobs of the CUDA implementation: what its plan would choose, forced. The
 // defaults are what runs in use; the library reads no environment variable (the benchmarks and tests
 // set these). The host implementation ignores them.
@@ -43,8 +45,11 @@ struct DecodeOptions {
   int64_t split_keys = 0;
   // Per-slot batches (cache_seqlens) on the tensor-core kernel: each entry's keys cut into splits by its own
   // length on the device, so that skewed lengths still fill the SMs (decode_attention_balance_cuda.cuh).
-  // 0: the plan's rule (balance_wanted, decode_attention_balance_plan.h); -1: never; n >= 1: wherever it
-  // applies, with a grid of n blocks an SM that the splits fill.
+  // 0 (the default): off; kBalanceRule (-1): the rule's shapes and budget (balance_wanted,
+  // decode_attention_balance_plan.h); n >= 1: wherever it applies, a grid of n blocks an SM that the splits
+  // fill. Off by default because the plan cannot see the lengths: on the H200 (merged tree, 2026-12-02) the
+  // rule made skewed batches 1.3-2.7x faster and equal-length ones 7-17% (4k keys) and 3-7% (16k) slower
+  // (docs/H200_DECODE_PARITY.md). A scheduler that knows its batch is skewed opts in.
   int balance = 0;
 };
 

@@ -47,12 +47,12 @@ int64_t min_units_of(const DecodeAttentionParams& p) {
 
 bool balance_wanted(const DecodeAttentionParams& p, const Plan& plan) {
   const DecodeOptions& o = options_of(p);
-  if (!plan.mma_kernel || p.cache_seqlens == nullptr || o.split_keys > 0 || o.splits > 0 || o.balance < 0 ||
+  if (!plan.mma_kernel || p.cache_seqlens == nullptr || o.split_keys > 0 || o.splits > 0 || o.balance == 0 ||
       p.batch > kBalanceMaxBatch) {
     return false;
   }
   if (o.balance > 0) return true;
-  // The rule, the measured shapes: per-slot GQA batches (2-16 rows a kv head, one M-tile, one row group) of
+  // kBalanceRule, the measured shapes: per-slot GQA batches (2-16 rows a kv head, one M-tile, one row group) of
   // two or more entries and kBalanceMinUnits or more blocks a split of every entry, under a bound of
   // kBalanceMinBound keys or more, where an entry can get two splits or more. One row a kv head (MHA on the
   // tensor-core kernel) and large groups (MQA) only when forced.

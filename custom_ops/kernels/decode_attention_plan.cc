@@ -284,7 +284,7 @@ Status check_options(const DecodeOptions& o) {
   }
   if (o.balance < -1) {
     return Status(Code::kInvalidArgument,
-                  "decode_attention_cuda: options.balance must be -1, 0 or a number of blocks an SM >= 1; got " +
+                  "decode_attention_cuda: options.balance must be 0 (off), -1 (the rule) or a number of blocks an SM >= 1; got " +
                       std::to_string(o.balance));
   }
   const int t = o.mma_row_tiles, rw = o.mma_row_warps;

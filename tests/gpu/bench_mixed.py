@@ -6,8 +6,9 @@ Rows: GQA 28/4 (Qwen2-7B) and 32/8 (Llama-3-8B), head_dim 128, fp16; B in {16, 3
 lengths seeded: a quarter of the slots long (8k-16k keys), the rest short (256-2k). The per-slot cache
 holds 16k + 64 keys a slot (its capacity: the plan's bound). Cold L2 as in bench_families.py (copies read
 in turn where the read bytes are under 3 x L2), CUDA-graph replay, best of --reps.
-  ours_slot    decode_attention_cuda over the per-slot cache with cache_seqlens
-  ours_off     the same with balanced splits off (DecodeOptions::balance = -1: the plan before them)
+  ours_slot    decode_attention_cuda over the per-slot cache with cache_seqlens (default options: balanced off)
+  ours_off     the same, options set explicitly to the default (DecodeOptions::balance = 0)
+  ours_rule    the same with balanced splits by the rule (DecodeOptions::balance = -1, kBalanceRule)
   ours_sk<K>   the same with fixed splits of K keys from key 0 (--split-keys K,...; DecodeOptions::split_keys):
                an entry's own length then sets how many of its blocks do work, on the device
   ours_bal<N>  the same with balanced splits forced, a budget of N blocks an SM (--balance N,...;
@@ -112,7 +113,7 @@ def ints(flag):
 def main():
     out_path = sys.argv[1]
     reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
-    variants = ([("ours_off", {"balance": -1})] + [(f"ours_sk{k}", {"split_keys": k}) for k in ints("--split-keys")]
+    variants = ([("ours_off", {"balance": 0}), ("ours_rule", {"balance": -1})] + [(f"ours_sk{k}", {"split_keys": k}) for k in ints("--split-keys")]
                 + [(f"ours_bal{n}", {"balance": n}) for n in ints("--balance")])
     uniform, uniform_batches = ints("--uniform"), ints("--uniform-batches") or [16, 32, 64]
     if "--capi" in sys.argv:

@@ -507,6 +507,7 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
   DecodeOptions options = g_options;
   if (c.row_tiles != 0) options.mma_row_tiles = c.row_tiles;
   if (c.row_warps != 0) options.mma_row_warps = c.row_warps;
+  if (c.row_warps > 0) options.balance = 0;  // balanced grids are the key-slice kernel's (--balanced-only reruns)
   p.options = &options;
   p.dtype = c.dtype; p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
   const int64_t qs[4] = {c.q_len * c.Hq * c.D, c.Hq * c.D, c.D, 1};
@@ -625,8 +626,8 @@ void test_varlen(Report& r, std::mt19937& rng, cudaStream_t stream) {
 // Balanced splits (decode_attention_balance_cuda.cuh): per-slot batches of skewed lengths, most short, a few
 // long, with empty and one-key slots, out-of-order slots, packed causal queries (Tq up to 4, entries with no
 // query), a slot refused past its mapped tokens, row groups (Falcon 71/1) and head dims 64-256, fp16 and bf16;
-// each under the plan's own choice, balanced with budgets of 1 and 4 blocks an SM (1: split sizes above the
-// least, found by the device's bisection) and balanced off, against the host kernel (run_varlen).
+// each under the rule (kBalanceRule), balanced with budgets of 1 and 4 blocks an SM (1: split sizes above the
+// least, found by the device's bisection) and off (the default), against the host kernel (run_varlen).
 VarlenCase skewed(std::mt19937& rng, const std::string& name, int64_t slots, int64_t Smax, int64_t Hq, int64_t Hkv,
                   int64_t D, ScalarType dt, int64_t q_len) {
   VarlenCase c{name, slots, Smax, Hq, Hkv, D, dt, {}, {}, {}, q_len, Smax, {}, true};
@@ -658,7 +659,8 @@ void test_balanced(Report& r, std::mt19937& rng, cudaStream_t stream) {
   refused.mapped[refused.slot_of[3]] = refused.seqlens[refused.slot_of[3]];  // its one new key is not mapped
   cs.push_back(refused);
   struct Pass { const char* prefix; int balance, want; };
-  for (const Pass& pass : {Pass{"auto.", 0, -1}, Pass{"budget1.", 1, 1}, Pass{"budget4.", 4, 1}, Pass{"off.", -1, 0}}) {
+  for (const Pass& pass : {Pass{"rule.", kBalanceRule, -1}, Pass{"budget1.", 1, 1}, Pass{"budget4.", 4, 1},
+                           Pass{"off.", 0, 0}}) {
     g_options = DecodeOptions{};
     g_options.balance = pass.balance;
     for (VarlenCase c : cs) {
