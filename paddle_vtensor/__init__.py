@@ -40,7 +40,7 @@ from .errors import (
     VTensorError,
     VTensorOutOfMemoryError,
 )
-from .map_ahead import Ticket, reserve_slots_async
+from .map_ahead import Ticket, reserve_slots_async, watch_ahead
 from .merge import merge_attention_states
 from .pool import collect, fill_pool, pool_limit, set_pool_limit, trim_pool
 from .quant import cache_scale, calibrate_fp8_scale
@@ -91,6 +91,7 @@ __all__ = [
     "collect",
     "fill_pool",
     "reserve_slots_async",
+    "watch_ahead",
     "set_zero_reads",
     "zero_reads",
     "Ticket",

@@ -21,6 +21,13 @@ driver. reserve_slot and the slot ops do not wait for a prefetch (it only adds m
 rows they need are mapped already or are mapped by reserve_slot itself); release_slot and
 share_prefix do. Slots are mapped one at a time, each all or nothing; ``wait()`` raises the first
 error, and the slots before it stay mapped.
+
+``watch_ahead(cache, rows)`` does the same with no call on the step at all: from then on every
+``reserve_slot`` / ``reserve_slots`` on the cache only publishes each slot's length (atomic stores,
+no lock), and the background thread, looking every millisecond, maps a slot up to the end of the chunk
+``rows`` beyond that length once the slot has entered a new chunk. A released slot is never mapped
+again by it. ``watch_ahead(cache, 0)`` stops. A mapping the thread cannot make (memory, the mapped
+limit) is left to the step's own ``reserve_slot``, which maps what it needs or raises as usual.
 """
 from __future__ import annotations
 
@@ -73,9 +80,18 @@ def reserve_slots_async(cache, slots: Sequence[int], lengths: Sequence[int], *, 
     return Ticket(ticket)
 
 
+def watch_ahead(cache, rows: int) -> None:
+    """Keep every slot of ``cache`` mapped ``rows`` beyond the length last reserved for it, mapped by
+    the background thread (see the module's docstring); ``rows=0`` stops. ValueError for rows < 0 or
+    past the cache's max_seq_len, TypeError for what is not an int or not a slot cache."""
+    storage = _storage(cache, "watch_ahead")
+    rows = _int("watch_ahead", "rows", rows, lo=0)
+    _check(*_ops.c.watch_ahead(storage.data_ptr(), rows), "watch_ahead")
+
+
 def pending_tickets() -> int:
     """Tickets neither waited for nor dropped (for tests: nothing is left behind)."""
     return _ops.c.ahead_tickets()
 
 
-__all__ = ["Ticket", "reserve_slots_async", "pending_tickets"]
+__all__ = ["Ticket", "reserve_slots_async", "watch_ahead", "pending_tickets"]

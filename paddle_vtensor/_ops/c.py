@@ -40,6 +40,8 @@ _SIGNATURES = {
     "pvt_ahead_done": (ctypes.c_int, [ctypes.c_uint64]),
     "pvt_ahead_forget": (None, [ctypes.c_uint64]),
     "pvt_ahead_tickets": (_I64, []),
+    # lookahead_c_api.cc
+    "pvt_watch_ahead": (ctypes.c_int, [ctypes.c_void_p, _I64, ctypes.c_char_p, _I64]),
     # zero_reads_c_api.cc
     "pvt_set_zero_reads": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, _I64, ctypes.c_char_p, _I64]),
     "pvt_zero_reads": (_I64, [ctypes.c_int, ctypes.c_int]),
@@ -137,6 +139,13 @@ def reserve_slots_async(ptr: int, slots, tokens, prefetch: bool) -> tuple[int, s
                                           (_I64 * len(tokens))(*tokens), len(tokens), int(bool(prefetch)),
                                           ctypes.byref(ticket), err, _ERR_LEN)
     return code, err.value.decode(errors="replace"), int(ticket.value)
+
+
+def watch_ahead(ptr: int, rows: int) -> tuple[int, str]:
+    """(code, text): the background mapper keeps the cache's slots mapped `rows` ahead (0: stop)."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = _lib().pvt_watch_ahead(ctypes.c_void_p(ptr), rows, err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
 
 
 def ahead_wait(ticket: int) -> tuple[int, str]:

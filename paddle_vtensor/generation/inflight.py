@@ -7,11 +7,11 @@ sequence ends (EOS or its token budget) its slot is freed and the next waiting p
 the very next step.
 
 The host knows every slot's length from what it scheduled (``runner.host_lens``) and maps ahead
-(``runner.reserve``) before each step; while a step runs, the background mapper maps a whole chunk
-beyond each slot's next step (``reserve_slots_async(..., prefetch=True)``), so a slot's chunk
-crossing finds its chunk mapped one chunk of tokens earlier and ``runner.reserve`` is a lock-free
-no-op; the one device read per step is the step's next-token ids, which greedy decoding needs on
-the host anyway.
+(``runner.reserve``) before each step. The cache is watched (``watch_ahead``) for the run: that
+reserve only publishes each slot's length, and the background mapper keeps a whole chunk beyond it
+mapped, so a slot's chunk crossing finds its chunk mapped one chunk of tokens earlier, the reserve
+is a lock-free no-op and the step makes no queue call; the one device read per step is the step's
+next-token ids, which greedy decoding needs on the host anyway.
 
 With the prefix cache (default) a sequence that ends keeps its slot while slots and the budget
 allow, and an admitted prompt first maps the whole chunks another slot holds of its prefix
@@ -27,7 +27,7 @@ import numpy as np
 import paddle
 
 from ..api import _int
-from ..map_ahead import reserve_slots_async
+from ..map_ahead import watch_ahead
 from ..sharing import reserve_for_write, share_prefix, sharing_info
 from ..slots import check_slot_errors, slot_info
 from .model_runner import SlotModelRunner
@@ -107,14 +107,17 @@ def generate_inflight(model, prompts: Sequence[Sequence[int]], max_new_tokens, m
     if need > runner.max_seq_len:
         raise ValueError(f"generate_inflight: a prompt plus its budget needs {need} tokens, past max_seq_len={runner.max_seq_len}")
     prompts = [runner.check_ids(p, _FN).tolist() for p in prompts]  # every id, before the first step
+    sizes = slot_info(runner.cache)
     try:
+        # A chunk (its rows rounded up) and a row beyond every reserved length, mapped by the background thread.
+        watch_ahead(runner.cache, min(-(-sizes["chunk_bytes"] // sizes["row_bytes"]) + 1, runner.max_seq_len))
         pc = None
         if prefix_cache:
-            sizes = slot_info(runner.cache)
             pc = PrefixCache(block_tokens(sizes["chunk_bytes"], sizes["row_bytes"]), prefix_cache_bytes,
                              index_generated=runner.family.name != "qwen")
         return _run(runner, prompts, budgets, max_batch, eos_token_id, on_step, pc)
     finally:
+        watch_ahead(runner.cache, 0)
         runner.reset()  # after a failure too: no slot stays mapped, no length stays advanced
 
 
@@ -135,8 +138,6 @@ class _Scheduler:
 
     def __init__(self, runner, prompts, budgets, max_batch, pc: PrefixCache | None):
         self.runner, self.prompts, self.budgets, self.pc, self.max_batch = runner, prompts, budgets, pc, max_batch
-        sizes = slot_info(runner.cache)
-        self.chunk_rows = -(-sizes["chunk_bytes"] // sizes["row_bytes"])  # rows of one chunk, rounded up
         self.outputs: list[list[int]] = [[] for _ in prompts]
         self.waiting = collections.deque(i for i in range(len(prompts)) if budgets[i] > 0)
         # With the prefix cache finished sequences may stay in the runner's spare slots too.
@@ -213,12 +214,10 @@ class _Scheduler:
             # qwen rotates the tokens of each call from 0; a prompt whose first rows were reused
             # continues from where they end, as its solo prefill would have.
             positions = np.concatenate([self.offset[s] + np.arange(c) for s, c in zip(slots, counts)]).astype(np.int64)
+        # While the step runs, the background mapper maps a chunk beyond the lengths the reserve above
+        # published (watch_ahead); that reserve stays the authority (a no-op then, the mapping itself
+        # when the mapper failed or has not looked yet).
         logits = runner.forward(ids, cu, np.asarray(slots, dtype=np.int32), positions=positions)
-        # While the step runs, a chunk beyond the next step's rows is mapped in the background (a
-        # prefetch: the next steps' reserve does not wait for it); the reserve above stays the
-        # authority (a no-op then, the mapping itself when this failed or has not run yet).
-        ahead = runner.host_lens[slots] + counts + 1 + self.chunk_rows
-        reserve_slots_async(runner.cache, slots, np.minimum(ahead, runner.max_seq_len), prefetch=True)
         last = paddle.to_tensor(cu[1:] - 1, dtype="int64", place=logits.place)
         next_ids = paddle.gather(logits, last).argmax(axis=-1).numpy()
         runner.advance(np.asarray(slots, dtype=np.int32), np.asarray(counts, dtype=np.int32))
