@@ -30,7 +30,7 @@ void run(const char* what, cudaStream_t s, long long cycles_per_ms, double step_
   cudaGraph_t g = nullptr;
   cudaGraphExec_t exec = nullptr;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  spin<<<1, 1, 0, s>>>(static_cast<long long>(step_ms * cycles_per_ms));
+  spin_kernel<<<1, 1, 0, s>>>(static_cast<long long>(step_ms * cycles_per_ms));
   CK(cudaStreamEndCapture(s, &g));
   CK(cudaGraphInstantiate(&exec, g, 0));
   CK(cudaGraphUpload(exec, s));

@@ -144,7 +144,7 @@ struct GraphStep {
     OK(c.cache->use_event(c.stream, &use));
     CK(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal));
     write_rows_advance<<<c.slots, 256, 0, c.stream>>>(c.cache->data(), pos, c.cache->shape().slot_bytes(), kRowBytes, growth);
-    spin<<<1, 1, 0, c.stream>>>(static_cast<long long>(step_ms * c.cycles_per_ms));
+    spin_kernel<<<1, 1, 0, c.stream>>>(static_cast<long long>(step_ms * c.cycles_per_ms));
     CK(cudaEventRecordWithFlags(reinterpret_cast<cudaEvent_t>(use), c.stream, cudaEventRecordExternal));
     CK(cudaStreamEndCapture(c.stream, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
@@ -236,7 +236,7 @@ void run_pattern(Ctx& c, Mapping mode, char pattern, int steps, double step_ms) 
       timer.time("launch write_rows", [&] {
         write_rows<<<c.slots, 256, 0, c.stream>>>(c.cache->data(), pos, c.cache->shape().slot_bytes(), kRowBytes);
       });
-      timer.time("launch model step", [&] { spin<<<1, 1, 0, c.stream>>>(static_cast<long long>(step_ms * c.cycles_per_ms)); });
+      timer.time("launch model step", [&] { spin_kernel<<<1, 1, 0, c.stream>>>(static_cast<long long>(step_ms * c.cycles_per_ms)); });
       timer.time("record_use (cuEventRecord)", [&] { OK(c.cache->record_use(c.stream)); });
     }
     if (mode == Mapping::kNextStep) {
@@ -298,7 +298,7 @@ void ttft(Ctx& c, bool pool) {
   Positions pos{};
   for (int s = 0; s < c.slots; ++s) pos.row[s] = kPrompt - 1;
   write_rows<<<c.slots, 256, 0, c.stream>>>(c.cache->data(), pos, c.cache->shape().slot_bytes(), kRowBytes);
-  spin<<<1, 1, 0, c.stream>>>(static_cast<long long>(50 * c.cycles_per_ms));  // a 50 ms prefill
+  spin_kernel<<<1, 1, 0, c.stream>>>(static_cast<long long>(50 * c.cycles_per_ms));  // a 50 ms prefill
   OK(c.cache->record_use(c.stream));
   CK(cudaStreamSynchronize(c.stream));
   const double first = now_us() - t0;

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "spin_kernel_cuda.cuh"
+
 namespace pvt_bench {
 
 inline double now_us() {
@@ -26,12 +28,7 @@ inline double now_us() {
     }                                                                                  \
   } while (0)
 
-// Spins for `cycles` SM clocks: the model's step.
-__global__ void spin(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
+using pvt_test::spin_kernel;  // the model's step
 
 // The p-quantile (0..1) of v, nearest rank.
 inline double pct(std::vector<double> v, double p) {

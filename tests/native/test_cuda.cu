@@ -334,11 +334,7 @@ void test_unmap_waits(Report& r, std::mt19937& rng, cudaStream_t stream) {
   if (cuda_ok(r, cudaDeviceSynchronize(), "unmap_waits.no_fault")) r.check(true, "unmap_waits.no_fault");
 }
 
-__global__ void spin_kernel(long long cycles) {
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
+using pvt_test::spin_kernel;
 
 // Release must wait for every stream that used the cache, not only the last one that appended:
 // stream B reads the cache (the append kernel copying it out, as copy-on-write and the attention op

@@ -11,6 +11,7 @@
 
 #include "gpu_mem.h"
 #include "phys_chunks_checks.h"
+#include "spin_kernel_cuda.cuh"
 
 using namespace pvt;
 using pvt_test::Report;
@@ -20,11 +21,7 @@ namespace {
 const Device kGpu = Device::cuda(0);
 
 
-__global__ void spin(long long cycles) {
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
+using pvt_test::spin_kernel;
 
 // A writes on stream 1, B (an alias of A) is read on stream 2 behind a long spin; the host destroys
 // A, then B, at once. The read must see A's bytes: A's unmap left the chunk to B, B's waited.
@@ -47,7 +44,7 @@ void check_streams(Report& r, size_t cb) {
   cudaMemcpyAsync(a->base(), src, 2 * cb, cudaMemcpyDeviceToDevice, s1);
   r.ok(a->record_use(s1), "streams.a_used_on_s1");
   cudaStreamSynchronize(s1);  // the read below must see the write; the test is about the release
-  spin<<<1, 1, 0, s2>>>(200LL * 1000 * 1000);  // ~0.1 s at ~2 GHz
+  spin_kernel<<<1, 1, 0, s2>>>(200LL * 1000 * 1000);  // ~0.1 s at ~2 GHz
   cudaMemcpyAsync(out, b->base(), 2 * cb, cudaMemcpyDeviceToDevice, s2);
   r.ok(b->record_use(s2), "streams.b_used_on_s2");
   a.reset();  // waits for s1 only; the chunks stay, B maps them

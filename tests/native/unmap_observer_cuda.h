@@ -1,5 +1,5 @@
 // Shared by the CUDA native tests that check unmap order (test_cuda.cu, test_deferred_release.cu):
-// the observing backend, a spin kernel that keeps a reader queued, a check of a
+// the observing backend, the spin kernel (spin_kernel_cuda.cuh) that keeps a reader queued, a check of a
 // runtime call.
 #pragma once
 
@@ -9,6 +9,7 @@
 
 #include "core/backend.h"
 #include "harness.h"
+#include "spin_kernel_cuda.cuh"  // spin_kernel: work that is still queued
 
 namespace pvt_test {
 
@@ -52,14 +53,6 @@ class UnmapObserver final : public Backend {
  private:
   Backend* real_;
 };
-
-// Spins for `cycles` SM clocks (~2 ms: 4,000,000 at 1.98 GHz): work that is still queued. Defined
-// here, not inline: include this header in one translation unit per program (each test is one).
-__global__ void spin_kernel(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
 
 inline bool check_cuda(Report& r, cudaError_t e, const std::string& name) {
   return r.check(e == cudaSuccess, name, cudaGetErrorString(e));
