@@ -73,15 +73,16 @@ __device__ __forceinline__ bool balanced_block(const DecodeAttentionParams& p, c
     total = warp_sum(total);
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) most = max(most, __shfl_xor_sync(0xffffffffu, most, o));
-    // Blocks under split size c: the sum over the lane's live entries, then the warp's.
-    auto blocks = [&](uint32_t c) {
+    // Splits of the lane's live entries under split size c; the blocks of the whole batch's.
+    auto lane_splits = [&](uint32_t c) {
       uint32_t s = 0;
 #pragma unroll
       for (int i = 0; i < kBalancePerLane; ++i) {
         if (i < per && lane * per + i < B) s += balanced_splits_of(steps[i], c, depth);
       }
-      return static_cast<uint64_t>(warp_sum(s)) * blocks_a_split;
+      return s;
     };
+    auto blocks = [&](uint32_t c) { return static_cast<uint64_t>(warp_sum(lane_splits(c))) * blocks_a_split; };
     // Units a block if `n` blocks took even shares: a lower bound of the size (in float, one below: a 64-bit
     // division is a subroutine call, whose calling convention the whole kernel pays for).
     auto even = [&](uint32_t n) {
@@ -104,9 +105,10 @@ __device__ __forceinline__ bool balanced_block(const DecodeAttentionParams& p, c
     uint32_t c = smallest_fitting(lo, max(lo, most), budget);
     // One wave instead (at most the resident blocks, SplitCount::balance_wave), where its size is at most 1/8
     // longer than the budget's or than a resident block's even share, whichever is longer: no block of the
-    // budget's plan can finish sooner than that share, so its extra splits would only add partials. Equal
-    // lengths keep one wave (the budget's splits cost them 4-10% on the H200: docs/H200_DECODE_PARITY.md),
-    // skewed ones the budget (one wave leaves a long entry in one or two blocks).
+    // budget's plan can finish sooner than that share, so its extra splits would only add partials. Meant for
+    // equal lengths to keep one wave and skewed ones the budget (one wave leaves a long entry in one or two
+    // blocks); on the H200 equal lengths still cost 3-17% against the plain plan (docs/H200_DECODE_PARITY.md),
+    // which is why balanced grids are opt-in (DecodeOptions::balance).
     const uint32_t wave = static_cast<uint32_t>(sc.balance_wave);
     if (wave > 0 && wave < budget) {
       const uint32_t c_wave = smallest_fitting(c, max(c, most), wave);
@@ -114,11 +116,7 @@ __device__ __forceinline__ bool balanced_block(const DecodeAttentionParams& p, c
       if (blocks(c_wave) <= wave && c_wave * 8u <= share * 9u) c = c_wave;
     }
     // The lane's first block: an exclusive scan of the lanes' splits.
-    uint32_t mine = 0;
-#pragma unroll
-    for (int i = 0; i < kBalancePerLane; ++i) {
-      if (i < per && lane * per + i < B) mine += balanced_splits_of(steps[i], c, depth);
-    }
+    const uint32_t mine = lane_splits(c);
     uint32_t incl = mine;
 #pragma unroll
     for (int o = 1; o < 32; o *= 2) {
