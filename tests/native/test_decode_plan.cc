@@ -456,6 +456,12 @@ void test_balance(Report& r) {
   DecodeOptions o;
   o.balance = -2;
   r.code(check_options(o), Code::kInvalidArgument, "balance.below_minus_one");
+  o.balance = 4;  // balanced grids are the key-slice kernel's: forcing the row-owning kernel too is refused
+  o.mma_row_warps = 4;
+  r.code(check_options(o), Code::kInvalidArgument, "balance.with_forced_row_warps");
+  o.mma_row_warps = -1;  // the key-slice kernel forced: fine
+  r.code(check_options(o), Code::kOk, "balance.with_key_slice_forced");
+
 }
 
 }  // namespace
