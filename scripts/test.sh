@@ -33,6 +33,7 @@ cmake --build build/native -j2 > /dev/null
 ./build/native/test_background_mapper_tsan
 ./build/native/test_lookahead
 ./build/native/test_lookahead_tsan
+./build/native/test_step_counters
 ./build/native/test_zero_cover
 if command -v nvcc > /dev/null; then
   echo "== nvcc compile check of every CUDA source (no GPU needed)"

@@ -13,3 +13,4 @@
 #include "slot_cache.h"
 #include "stats.h"
 #include "status.h"
+#include "step_counters.h"

@@ -1,8 +1,10 @@
 #include "region.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chunk_pool.h"
@@ -396,6 +398,8 @@ Status Region::unmap_range_impl(size_t offset, size_t bytes) {
   Pending p;
   p.events.reserve(uses_.size());
   for (const auto& use : uses_) p.events.push_back(use.second);
+  p.fences.reserve(counters_.size());
+  for (const auto& c : counters_) p.fences.push_back(Fence{c, c->issued()});
   for (auto m = it; m != mapped_.end() && m->first < last; ++m) p.chunks.emplace_back(m->first, m->second);
   pending_.reserve(pending_.size() + 1);
   physical_stale_ = true;
@@ -426,7 +430,55 @@ Status Region::uses_done(bool* done) {
     PVT_RETURN_IF_ERROR(backend_->event_done(use.second, done));
     if (!*done) return Status::Ok();
   }
+  for (const auto& c : counters_) {
+    if (c->finished() < c->issued()) {
+      *done = false;
+      return Status::Ok();
+    }
+  }
   return Status::Ok();
+}
+
+namespace {
+
+// Steps finish on the device by themselves (issued steps were released): a host wait that polls.
+void wait_steps(const StepCounters& c, uint64_t step) {
+  for (int spins = 0; c.finished() < step; ++spins) {
+    if (spins < 1000) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+}  // namespace
+
+Status Region::pending_done(const Pending& p, bool wait, bool* done) {
+  *done = true;
+  for (EventHandle e : p.events) {
+    PVT_RETURN_IF_ERROR(wait ? backend_->wait_event(e) : backend_->event_done(e, done));
+    if (!*done) return Status::Ok();
+  }
+  for (const Fence& f : p.fences) {
+    if (wait) wait_steps(*f.counters, f.step);
+    if (!f.done()) {
+      *done = false;
+      return Status::Ok();
+    }
+  }
+  return Status::Ok();
+}
+
+Status Region::use_counters(std::shared_ptr<const StepCounters> counters) {
+  if (counters == nullptr) return Status(Code::kInvalidArgument, "use_counters: the step counters are null");
+  return catch_bad_alloc("use_counters", [&]() -> Status {
+    for (const auto& c : counters_) {
+      if (c == counters) return Status::Ok();
+    }
+    counters_.push_back(std::move(counters));
+    return Status::Ok();
+  });
 }
 
 Status Region::retire(Pending& p) {
@@ -443,11 +495,7 @@ Status Region::collect(bool wait) {
   Status first;
   for (Pending& p : pending_) {
     bool done = true;
-    for (EventHandle e : p.events) {
-      const Status st = wait ? backend_->wait_event(e) : backend_->event_done(e, &done);
-      if (!st.ok()) return st;
-      if (!done) break;
-    }
+    PVT_RETURN_IF_ERROR(pending_done(p, wait, &done));
     if (done) {
       const Status st = retire(p);
       if (first.ok()) first = st;
@@ -455,6 +503,8 @@ Status Region::collect(bool wait) {
   }
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](const Pending& p) { return p.chunks.empty(); }),
                  pending_.end());
+  counters_.erase(std::remove_if(counters_.begin(), counters_.end(), [](const auto& c) { return c->retired(); }),
+                  counters_.end());
   return first;
 }
 
@@ -464,7 +514,8 @@ Status Region::settle(size_t first, size_t last) {
     bool overlaps = false;
     for (const auto& c : p.chunks) overlaps = overlaps || (c.first >= first && c.first < last);
     if (!overlaps) continue;
-    for (EventHandle e : p.events) PVT_RETURN_IF_ERROR(backend_->wait_event(e));
+    bool done = false;
+    PVT_RETURN_IF_ERROR(pending_done(p, true, &done));
     status = retire(p);
     if (!status.ok()) break;
   }
@@ -535,6 +586,7 @@ Status Region::use_event(void* stream, EventHandle* event) {
 
 Status Region::wait_uses() {
   for (const auto& use : uses_) PVT_RETURN_IF_ERROR(backend_->wait_event(use.second));
+  for (const auto& c : counters_) wait_steps(*c, c->issued());
   return Status::Ok();
 }
 

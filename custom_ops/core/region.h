@@ -22,6 +22,8 @@
 // map, unmap and alias) and unmaps them. Their physical memory stays counted in mapped_bytes until
 // then. Mapping or aliasing over a pending chunk first waits for that chunk's events (the only wait),
 // and the destructor waits for all. The host has no events: it never defers.
+// Steps released by a host store and finished by the device (StepCounters, step_counters.h) are a
+// second kind of use: an unmap is deferred until every step issued by then has finished.
 // Not thread-safe by itself: SeqMajorCache serialises access with its own mutex.
 #pragma once
 
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "step_counters.h"
 
 namespace pvt {
 
@@ -123,6 +126,11 @@ class Region {
   // host (nothing to record).
   Status use_event(void* stream, EventHandle* event);
   size_t streams_in_use() const { return uses_.size(); }
+  // Steps counted by `counters` may use this region's memory: an unmap waits (without blocking, as
+  // for streams) until every step issued by then has finished. Held until the counters retire.
+  // kInvalidArgument for null.
+  Status use_counters(std::shared_ptr<const StepCounters> counters);
+  size_t counters_in_use() const { return counters_.size(); }
   // Unmaps the pending chunks whose events have completed; wait: all of them, blocking. Every map,
   // unmap and alias runs it without waiting first.
   Status collect(bool wait);
@@ -154,14 +162,24 @@ class Region {
   Status detach(std::map<size_t, PhysChunk*>::iterator it);
   // After one unmap of `chunk`: counts it, drops one mapping of `chunk`, releases it after the last.
   Status drop_mapping(PhysChunk* chunk);
-  // *done = whether every using stream's last recorded event has completed (no wait).
+  // *done = whether every using stream's last recorded event has completed and every issued step
+  // has finished (no wait).
   Status uses_done(bool* done);
 
+  // A step count to wait for: the counters' issued() when the unmap was asked for.
+  struct Fence {
+    std::shared_ptr<const StepCounters> counters;
+    uint64_t step;
+    bool done() const { return counters->finished() >= step; }
+  };
   // Chunks a call unmapped while the streams that used them still ran, and those streams' events.
   struct Pending {
     std::vector<EventHandle> events;                   // owned by uses_
+    std::vector<Fence> fences;                         // steps issued by then
     std::vector<std::pair<size_t, PhysChunk*>> chunks;  // chunk index -> its physical chunk
   };
+  // Whether p's events and fences are done (wait: blocks until they are).
+  Status pending_done(const Pending& p, bool wait, bool* done);
   // Unmaps what is left of `p`'s chunks (its events have completed); on failure the rest stay.
   Status retire(Pending& p);
   // Waits for and retires every pending entry holding a chunk in [first, last): before mapping there.
@@ -179,6 +197,7 @@ class Region {
   // mapped count) per call instead of a scan from chunk 0.
   size_t prefix_ = 0;
   std::vector<std::pair<void*, EventHandle>> uses_;  // stream -> event recorded after its last use
+  std::vector<std::shared_ptr<const StepCounters>> counters_;  // use_counters, until they retire
   std::vector<Pending> pending_;
 };
 

@@ -447,6 +447,11 @@ Status SlotCache::record_use(void* stream) {
   return region_->record_use(stream);
 }
 
+Status SlotCache::use_counters(std::shared_ptr<const StepCounters> counters) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return region_->use_counters(std::move(counters));
+}
+
 Status SlotCache::use_event(void* stream, EventHandle* event) {
   std::lock_guard<std::mutex> lock(mu_);
   return region_->use_event(stream, event);

@@ -162,6 +162,10 @@ class SlotCache {
   // launch waits for the launch's work without a record_use call per step. Take it before the
   // capture; the graph must not be launched after this cache is gone. 0 on the host.
   Status use_event(void* stream, EventHandle* event);
+  // Steps released by a host store and finished by the device (a StepDoorbell's counters) use this
+  // cache: a release defers its unmaps until every step issued by then has finished
+  // (Region::use_counters). Nothing to call per step. kInvalidArgument for null.
+  Status use_counters(std::shared_ptr<const StepCounters> counters);
 
   // The live slot cache whose reservation contains `ptr`, or null.
   static std::shared_ptr<SlotCache> find(const void* ptr);
