@@ -19,11 +19,16 @@
 // reserve_batch), the model's spin kernel and an event-record node of the cache's use event
 // (SlotCache::use_event), so the host step path is reserve_batch (lock-free: the mapper mapped the
 // chunk ahead on its own) + cudaGraphLaunch, the same at crossing and other steps.
+// A fifth (section 6e): the same graph's body launched ahead by StepDoorbell's launcher thread
+// (kernels/step_doorbell_cuda.h), each launch gated on the device until the host rings it; the
+// cache fenced by the doorbell's counters (SlotCache::use_counters). The step path is reserve_batch
+// + ring (one store to host-mapped memory): no driver call. The step's wall time (host step start
+// to the device's done, minus the model's step) shows what the gate adds on the device.
 // Usage: bench_inflight_step [--cover] [--focus] [--pin] [--slots N]
 //   --cover: the zero cover at 64 MiB (doubles the driver time of each mapping; default off, the
-//   library's default); --focus: only (a) and (c), the chunk-ahead prefetch (200 / 800 steps) and
-//   the graph on a watched cache (400 / 1600 steps: 100 crossing steps), no time to first token;
-//   --pin: the mapper thread on CPUs 1.. and this (step) thread on CPU 0; --slots N: only N slots.
+//   library's default); --focus: only (a) and (c), the graph launch and the doorbell on a watched
+//   cache (400 / 1600 steps: 100 crossing steps), no time to first token; --pin: the mapper and
+//   launcher threads on CPUs 1.., this (step) thread on CPU 0; --slots N: only N slots.
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <sched.h>
@@ -34,13 +39,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/apis.h"
+#include "kernels/step_doorbell_cuda.h"
 #include "step_timing.cuh"
 
 using namespace pvt;
@@ -85,16 +90,28 @@ __global__ void write_rows_advance(char* base, int32_t* pos, int64_t slot_bytes,
 }
 
 struct Timer {  // every call of each kind on the step path
-  std::map<std::string, std::vector<double>> calls;
+  // Keyed by the literal's address and reserved ahead: no allocation inside a timed step (a
+  // vector's growth or a std::string key would show in the step's tail).
+  std::vector<std::pair<const char*, std::vector<double>>> calls;
+  Timer() { calls.reserve(16); }
+  std::vector<double>& of(const char* what) {
+    for (auto& c : calls) {
+      if (c.first == what) return c.second;
+    }
+    calls.emplace_back(what, std::vector<double>());
+    calls.back().second.reserve(1 << 14);
+    return calls.back().second;
+  }
   template <class F>
   void time(const char* what, F fn) {
+    std::vector<double>& v = of(what);
     const double t0 = now_us();
     fn();
-    calls[what].push_back(now_us() - t0);
+    v.push_back(now_us() - t0);
   }
   void print() const {  // "kind p99/max" per kind
     for (const auto& c : calls) {
-      std::printf(" %s %.1f/%.1f;", c.first.c_str(), pct(c.second, 0.99), *std::max_element(c.second.begin(), c.second.end()));
+      std::printf(" %s %.1f/%.1f;", c.first, pct(c.second, 0.99), *std::max_element(c.second.begin(), c.second.end()));
     }
   }
 };
@@ -117,8 +134,9 @@ enum class Mapping {
   kNextStep,   // pool + the next step's rows queued as a batch after the launch, its ticket waited
   kChunkAhead,  // pool + a whole chunk more than the next step needs queued as a prefetch after the
                 // launch; the step path's reserve_batch finds its rows mapped (no lock, no wait)
-  kGraph        // pool + a watched cache (the mapper maps a chunk ahead on its own, nothing queued)
+  kGraph,       // pool + a watched cache (the mapper maps a chunk ahead on its own, nothing queued)
                 // + the step as one graph launch (write_rows_advance, spin, use-event record)
+  kDoorbell     // as kGraph, but launched ahead by StepDoorbell and released by ring(): a store
 };
 const char* name(Mapping m) {
   switch (m) {
@@ -126,33 +144,56 @@ const char* name(Mapping m) {
     case Mapping::kNextStep: return "after: next step ahead";
     case Mapping::kChunkAhead: return "after: a chunk ahead (queued prefetch)";
     case Mapping::kGraph: return "after: watched + one graph launch";
+    case Mapping::kDoorbell: return "after: watched + doorbell (a store)";
   }
   return "?";
 }
 
-// The step captured once as a graph on c.stream (Mapping::kGraph); `pos` is the device array of
-// the rows it writes, advanced by `growth` per launch.
+// --pin (pin_threads): the background threads' CPUs (1..) and the step thread's (0).
+bool g_pinned = false;
+cpu_set_t g_background, g_step;
+
+// Runs `fn` (which starts a thread: it inherits the mask) on the background CPUs when pinned.
+template <class F>
+void on_background_cpus(F fn) {
+  if (g_pinned) pthread_setaffinity_np(pthread_self(), sizeof(g_background), &g_background);
+  fn();
+  if (g_pinned) pthread_setaffinity_np(pthread_self(), sizeof(g_step), &g_step);
+}
+
+// The step captured once as a graph on c.stream (Mapping::kGraph, kDoorbell); `pos` is the device
+// array of the rows it writes, advanced by `growth` per launch. kGraph: the graph records the
+// cache's use event and is launched by the step path. kDoorbell: the graph is the body of a
+// StepDoorbell (no event node: the cache uses the doorbell's counters) launched ahead.
 struct GraphStep {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   int32_t* pos = nullptr;
-  GraphStep(Ctx& c, const std::vector<int64_t>& first_rows, int growth, double step_ms) {
+  std::unique_ptr<StepDoorbell> doorbell;
+  GraphStep(Ctx& c, const std::vector<int64_t>& first_rows, int growth, double step_ms, bool with_doorbell) {
     std::vector<int32_t> host(first_rows.begin(), first_rows.end());
     CK(cudaMalloc(&pos, host.size() * sizeof(int32_t)));
     CK(cudaMemcpy(pos, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     EventHandle use = 0;  // the event a release checks for c.stream: the graph records it
-    OK(c.cache->use_event(c.stream, &use));
+    if (!with_doorbell) OK(c.cache->use_event(c.stream, &use));
     CK(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal));
     write_rows_advance<<<c.slots, 256, 0, c.stream>>>(c.cache->data(), pos, c.cache->shape().slot_bytes(), kRowBytes, growth);
     spin_kernel<<<1, 1, 0, c.stream>>>(static_cast<long long>(step_ms * c.cycles_per_ms));
-    CK(cudaEventRecordWithFlags(reinterpret_cast<cudaEvent_t>(use), c.stream, cudaEventRecordExternal));
+    if (!with_doorbell) CK(cudaEventRecordWithFlags(reinterpret_cast<cudaEvent_t>(use), c.stream, cudaEventRecordExternal));
     CK(cudaStreamEndCapture(c.stream, &graph));
+    if (with_doorbell) {
+      on_background_cpus([&] { OK(StepDoorbell::create(graph, c.stream, {}, 2, &doorbell)); });
+      OK(c.cache->use_counters(doorbell->counters()));
+      return;
+    }
     CK(cudaGraphInstantiate(&exec, graph, 0));
     CK(cudaGraphUpload(exec, c.stream));
     CK(cudaStreamSynchronize(c.stream));
   }
   ~GraphStep() {
-    cudaGraphExecDestroy(exec);
+    if (doorbell) OK(doorbell->stop());
+    doorbell.reset();
+    if (exec) cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaFree(pos);
   }
@@ -203,16 +244,20 @@ void run_pattern(Ctx& c, Mapping mode, char pattern, int steps, double step_ms) 
     OK(wait_ahead(ticket));
   }
   std::unique_ptr<GraphStep> graph;
-  if (mode == Mapping::kGraph) {  // watched before the lengths are published, then the first look
+  const bool graphed = mode == Mapping::kGraph || mode == Mapping::kDoorbell;
+  if (graphed) {  // watched before the lengths are published, then the first look
     OK(watch_ahead(c.cache, rows_per_chunk));
     OK(c.cache->reserve_batch(slots, len, false));
     wait_mapped_ahead(c, len, rows_per_chunk);
     std::vector<int64_t> first_rows(len);
     for (auto& r : first_rows) r += growth - 1;  // the first step writes row next - 1
-    graph.reset(new GraphStep(c, first_rows, static_cast<int>(growth), step_ms));
+    graph.reset(new GraphStep(c, first_rows, static_cast<int>(growth), step_ms, mode == Mapping::kDoorbell));
   }
   Timer timer;
-  std::vector<double> host, crossing_host;
+  std::vector<double> host, crossing_host, wall_over;  // wall_over: step start to done, minus the model
+  host.reserve(steps);
+  crossing_host.reserve(steps);
+  wall_over.reserve(steps);
   double crossings = 0;
   Positions pos{};
   for (int step = 0; step < steps; ++step) {
@@ -221,7 +266,11 @@ void run_pattern(Ctx& c, Mapping mode, char pattern, int steps, double step_ms) 
     for (int s = 0; s < c.slots; ++s) crossed += (next[s] * kRowBytes + kChunk - 1) / kChunk != (len[s] * kRowBytes + kChunk - 1) / kChunk;
     timer.time("empty timed region", [] {});
     const double t0 = now_us();
-    if (mode == Mapping::kGraph) {
+    uint64_t rung = 0;
+    if (mode == Mapping::kDoorbell) {
+      timer.time("reserve_batch (watched)", [&] { OK(c.cache->reserve_batch(slots, next, false)); });
+      timer.time("ring (a store)", [&] { OK(graph->doorbell->ring(&rung)); });
+    } else if (mode == Mapping::kGraph) {
       timer.time("reserve_batch (watched)", [&] { OK(c.cache->reserve_batch(slots, next, false)); });
       timer.time("cudaGraphLaunch", [&] { CK(cudaGraphLaunch(graph->exec, c.stream)); });
     } else if (mode == Mapping::kNextStep) {
@@ -231,7 +280,7 @@ void run_pattern(Ctx& c, Mapping mode, char pattern, int steps, double step_ms) 
     } else {
       for (int s = 0; s < c.slots; ++s) timer.time("reserve (maps on the step)", [&] { OK(c.cache->reserve(s, next[s], nullptr)); });
     }
-    if (mode != Mapping::kGraph) {
+    if (!graphed) {
       for (int s = 0; s < c.slots; ++s) pos.row[s] = static_cast<int32_t>(next[s] - 1);
       timer.time("launch write_rows", [&] {
         write_rows<<<c.slots, 256, 0, c.stream>>>(c.cache->data(), pos, c.cache->shape().slot_bytes(), kRowBytes);
@@ -252,10 +301,24 @@ void run_pattern(Ctx& c, Mapping mode, char pattern, int steps, double step_ms) 
     if (crossed == c.slots) crossing_host.push_back(took);
     crossings += crossed;
     len = next;
-    CK(cudaStreamSynchronize(c.stream));  // the step's tokens to the host (sampling): not host work
+    // The step's tokens to the host (sampling): not host work.
+    if (mode == Mapping::kDoorbell) {
+      if (!graph->doorbell->wait_done(rung, 5e6)) {
+        std::printf("FAIL step %llu did not finish within 5 s\n", static_cast<unsigned long long>(rung));
+        std::exit(1);
+      }
+    } else {
+      CK(cudaStreamSynchronize(c.stream));
+    }
+    wall_over.push_back(now_us() - t0 - step_ms * 1000.0);
   }
   if (mode == Mapping::kNextStep) OK(wait_ahead(ticket));
   CK(cudaGetLastError());
+  std::vector<double> launches;
+  if (graph && graph->doorbell) {  // drain the launches never rung (their bodies skip)
+    OK(graph->doorbell->stop());
+    launches = graph->doorbell->launch_us();
+  }
   if (graph) {  // the graph advanced its positions as the host did: the row after the last written
     std::vector<int32_t> got(c.slots);
     CK(cudaMemcpy(got.data(), graph->pos, got.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
@@ -276,6 +339,11 @@ void run_pattern(Ctx& c, Mapping mode, char pattern, int steps, double step_ms) 
                 *std::max_element(host.begin(), host.end()));
   }
   timer.print();
+  std::printf(" step wall minus model p50/p99 %.1f/%.1f;", pct(wall_over, 0.5), pct(wall_over, 0.99));
+  if (!launches.empty()) {  // off the step path: the launcher thread's calls
+    std::printf(" launcher's cudaGraphLaunch p50/p99/max %.1f/%.1f/%.1f (%zu);", pct(launches, 0.5), pct(launches, 0.99),
+                *std::max_element(launches.begin(), launches.end()), launches.size());
+  }
   std::printf("\n");
   std::fflush(stdout);
   reset_slots(c);
@@ -346,20 +414,20 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// --pin: the mapper thread (started here, so it inherits the mask) on CPUs 1.., this thread on CPU 0.
+// --pin: the mapper thread (started here, so it inherits the mask) and the doorbells' launcher
+// threads on CPUs 1.., this thread on CPU 0.
 void pin_threads() {
-  cpu_set_t rest, first;
-  CPU_ZERO(&rest);
-  CPU_ZERO(&first);
-  CPU_SET(0, &first);
+  CPU_ZERO(&g_background);
+  CPU_ZERO(&g_step);
+  CPU_SET(0, &g_step);
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  for (long i = 1; i < cpus; ++i) CPU_SET(i, &rest);
-  if (cpus < 2 || pthread_setaffinity_np(pthread_self(), sizeof(rest), &rest) != 0) {
+  for (long i = 1; i < cpus; ++i) CPU_SET(i, &g_background);
+  if (cpus < 2 || pthread_setaffinity_np(pthread_self(), sizeof(g_step), &g_step) != 0) {
     std::printf("FAIL --pin needs two CPUs and affinity rights\n");
     std::exit(1);
   }
-  OK(wake_mapper());
-  if (pthread_setaffinity_np(pthread_self(), sizeof(first), &first) != 0) std::exit(1);
+  g_pinned = true;
+  on_background_cpus([] { OK(wake_mapper()); });
 }
 
 }  // namespace
@@ -385,13 +453,14 @@ int main(int argc, char** argv) {
     c.cache = make_cache(slots, kChunk);
     CK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
     const double step_ms = slots == 64 ? 8.0 : 16.0;  // about a Llama-3-8B decode step at that batch
-    const std::vector<Mapping> modes = opt.focus ? std::vector<Mapping>{Mapping::kChunkAhead, Mapping::kGraph}
+    const std::vector<Mapping> modes = opt.focus ? std::vector<Mapping>{Mapping::kGraph, Mapping::kDoorbell}
                                                  : std::vector<Mapping>{Mapping::kBefore, Mapping::kNextStep,
-                                                                        Mapping::kChunkAhead, Mapping::kGraph};
+                                                                        Mapping::kChunkAhead, Mapping::kGraph,
+                                                                        Mapping::kDoorbell};
     for (Mapping mode : modes) {
       // Steps per pattern: (a) (b) (c) (s). --focus: (a) and (c) only, 100 crossing steps in (c)
       // for the graph, 50 for the chunk-ahead comparison row.
-      const bool graph = mode == Mapping::kGraph;
+      const bool graph = mode == Mapping::kGraph || mode == Mapping::kDoorbell;
       const int steps_a = opt.focus ? (graph ? 400 : 200) : 40, steps_b = opt.focus ? 0 : 64;
       const int steps_c = opt.focus ? (graph ? 1600 : 800) : 320, steps_s = opt.focus ? 0 : 30;
       const bool pooled = mode != Mapping::kBefore;

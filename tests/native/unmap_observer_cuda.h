@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <string>
 
 #include "core/backend.h"
@@ -35,7 +36,7 @@ class UnmapObserver final : public Backend {
   Status map_chunk(void* addr, size_t bytes, PhysHandle h) override { return real_->map_chunk(addr, bytes, h); }
   Status unmap_chunk(void* addr, size_t bytes) override {
     ++unmaps;
-    if (watch != nullptr && cudaEventQuery(watch) == cudaErrorNotReady) ++unmaps_while_reading;
+    if ((watch != nullptr && cudaEventQuery(watch) == cudaErrorNotReady) || (running && running())) ++unmaps_while_reading;
     return real_->unmap_chunk(addr, bytes);
   }
   Status release_chunk(PhysHandle h, size_t bytes) override { return real_->release_chunk(h, bytes); }
@@ -48,6 +49,7 @@ class UnmapObserver final : public Backend {
   void destroy_event(EventHandle e) override { real_->destroy_event(e); }
 
   cudaEvent_t watch = nullptr;
+  std::function<bool()> running;  // or this: whether the reader may still run (a step not yet finished)
   int unmaps = 0, unmaps_while_reading = 0;
 
  private:
