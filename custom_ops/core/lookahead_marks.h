@@ -21,9 +21,9 @@ class LookaheadMarks {
   void set_rows(int64_t rows) { rows_.store(rows, std::memory_order_release); }
   int64_t rows() const { return rows_.load(std::memory_order_acquire); }
 
-  // The step path: `slot` asked for `tokens` rows and holds `mapped`.
-  void publish(int64_t slot, int64_t tokens, int64_t mapped) {
-    const int64_t ahead = rows_.load(std::memory_order_relaxed);
+  // The step path: `slot` asked for `tokens` rows and holds `mapped`; `ahead` is rows() (read once
+  // a batch by the caller: one load, not one a slot).
+  void publish(int64_t slot, int64_t tokens, int64_t mapped, int64_t ahead) {
     if (ahead == 0) return;
     wanted_[static_cast<size_t>(slot)].store(tokens, std::memory_order_relaxed);
     if (tokens + ahead <= mapped) return;

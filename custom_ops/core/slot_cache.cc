@@ -204,13 +204,14 @@ Status SlotCache::check_batch(const std::vector<int64_t>& slots, const std::vect
 Status SlotCache::reserve_batch(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens,
                                 bool announced) {
   return catch_bad_alloc("reserve", [&]() -> Status {
-    PVT_RETURN_IF_ERROR(check_batch(slots, tokens));
+    if (slots.size() != tokens.size()) return check_batch(slots, tokens);
     if (!announced) ahead_.wait_batches();
-    // The step path's usual case once rows are mapped ahead: no lock.
+    // The step path's usual case once rows are mapped ahead: one pass that also validates, no lock.
     if (rows_mapped(slots.data(), tokens.data(), slots.size())) {
       publish(slots.data(), tokens.data(), slots.size());
       return Status::Ok();
     }
+    PVT_RETURN_IF_ERROR(check_batch(slots, tokens));  // the message of the first bad entry
     std::shared_lock<std::shared_mutex> use(use_mu_);
     std::lock_guard<std::mutex> lock(mu_);
     // Odd while the values raised below may still be lowered again (rows_mapped then takes the lock).
@@ -235,8 +236,11 @@ Status SlotCache::reserve_batch(const std::vector<int64_t>& slots, const std::ve
 }
 
 void SlotCache::publish(const int64_t* slots, const int64_t* tokens, size_t n) {
-  if (lookahead_.rows() == 0) return;
-  for (size_t i = 0; i < n; ++i) lookahead_.publish(slots[i], tokens[i], mapped_[static_cast<size_t>(slots[i])].load());
+  const int64_t ahead = lookahead_.rows();
+  if (ahead == 0) return;
+  for (size_t i = 0; i < n; ++i) {
+    lookahead_.publish(slots[i], tokens[i], mapped_[static_cast<size_t>(slots[i])].load(std::memory_order_relaxed), ahead);
+  }
 }
 
 int64_t SlotCache::chunk_end_rows(int64_t slot, int64_t rows) const {
@@ -275,6 +279,8 @@ bool SlotCache::rows_mapped(const int64_t* slots, const int64_t* tokens, size_t 
   const uint64_t seq = batch_seq_.load();
   if (seq % 2 != 0) return false;
   for (size_t i = 0; i < n; ++i) {
+    // A slot or length out of range is not mapped: the caller's checks then name it.
+    if (slots[i] < 0 || slots[i] >= shape_.num_slots || tokens[i] < 0 || tokens[i] > shape_.max_seq_len) return false;
     if (tokens[i] > mapped_[static_cast<size_t>(slots[i])].load()) return false;
   }
   return batch_seq_.load() == seq;  // no batch began meanwhile (whose raise the loads may have seen)

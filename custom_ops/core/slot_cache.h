@@ -186,7 +186,7 @@ class SlotCache {
   // chunks it mapped that no other slot needs (nothing used them), mapped_tokens back to `old`.
   void unreserve_locked(int64_t slot, int32_t old);
   Status share_prefix_locked(int64_t src, int64_t dst, int64_t tokens, void* stream);
-  // Without a lock: whether every slots[i] holds tokens[i] rows, by values no batch can take back
+  // Without a lock: whether every slots[i] (in range) holds tokens[i] rows (in range), by values no batch can take back
   // (a reserve_batch that fails lowers what it raised: batch_seq_ is odd while one runs, and a read
   // that overlapped one is not trusted). False sends the caller to the locked path.
   bool rows_mapped(const int64_t* slots, const int64_t* tokens, size_t n) const;

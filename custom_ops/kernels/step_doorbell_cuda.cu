@@ -191,14 +191,14 @@ std::shared_ptr<const StepCounters> StepDoorbell::counters() const { return shar
 
 uint64_t StepDoorbell::done() const { return __atomic_load_n(&words_->done, __ATOMIC_ACQUIRE); }
 
-bool StepDoorbell::wait_done(uint64_t step, double timeout_us) const {
+bool StepDoorbell::wait_done(uint64_t step, double timeout_us, double yield_after_us) const {
   const double t0 = now_us();
   for (uint32_t i = 0;; ++i) {
     if (done() >= step) return true;
     if ((i & 255) == 0) {
       const double waited = now_us() - t0;
       if (waited > timeout_us) return false;
-      if (waited > 1000) std::this_thread::yield();
+      if (waited > yield_after_us) std::this_thread::yield();
     }
     _mm_pause();
   }

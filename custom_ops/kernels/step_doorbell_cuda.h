@@ -61,8 +61,9 @@ class StepDoorbell {
   Status ring(uint64_t* step);
   // Steps finished on the device (run, or skipped by stop()); a load from host-mapped memory.
   uint64_t done() const;
-  // Spins until done() >= step (yielding after 1 ms); false after timeout_us.
-  bool wait_done(uint64_t step, double timeout_us) const;
+  // Spins until done() >= step, yielding the CPU once yield_after_us have passed; false after
+  // timeout_us. (A scheduler that owns its CPU may spin throughout: yield_after_us >= timeout_us.)
+  bool wait_done(uint64_t step, double timeout_us, double yield_after_us = 1000) const;
   // Stops launching, cancels the launched steps not rung, waits (up to 10 s) for every launched step
   // to finish. Idempotent. kDriver if a launch failed or the steps did not finish.
   Status stop();

@@ -20,12 +20,13 @@ if [ -z "$B" ]; then
 fi
 echo "binaries: $B"
 for t in "test_step_doorbell" "test_step_doorbell --no-counters" "test_deferred_release"; do
-  echo "== $t (start ${SECONDS}s)"; timeout 60 $B/$t > /tmp/t.log 2>&1; rc=$?
-  grep -E "^FAIL|^info" /tmp/t.log | head -20; tail -1 /tmp/t.log; echo "rc=$rc"
+  log="$O/$(echo "$t" | tr -c 'a-z_\n' '_').log"
+  echo "== $t (start ${SECONDS}s)"; timeout 60 $B/$t > "$log" 2>&1; rc=$?
+  grep -E "^FAIL|^info" "$log" | head -20; tail -1 "$log"; echo "rc=$rc"
 done
 echo "== memcheck test_step_doorbell (start ${SECONDS}s)"
-timeout 90 compute-sanitizer --tool memcheck $B/test_step_doorbell > /tmp/m.log 2>&1; echo "rc=$?"
-grep -E "ERROR SUMMARY|^FAIL" /tmp/m.log | head; tail -1 /tmp/m.log
+timeout 90 compute-sanitizer --tool memcheck --print-limit 20 $B/test_step_doorbell > "$O/memcheck.log" 2>&1; echo "rc=$?"
+grep -E "ERROR SUMMARY|^FAIL" "$O/memcheck.log" | head; tail -1 "$O/memcheck.log"
 echo "== bench_inflight_step --focus --pin (start ${SECONDS}s)"
 timeout 150 $B/bench_inflight_step --focus --pin
 echo "== bench_inflight_step --focus (start ${SECONDS}s)"

@@ -303,7 +303,7 @@ void run_pattern(Ctx& c, Mapping mode, char pattern, int steps, double step_ms) 
     len = next;
     // The step's tokens to the host (sampling): not host work.
     if (mode == Mapping::kDoorbell) {
-      if (!graph->doorbell->wait_done(rung, 5e6)) {
+      if (!graph->doorbell->wait_done(rung, 5e6, /*yield_after_us: spin, as sampling on its own CPU*/ 5e6)) {
         std::printf("FAIL step %llu did not finish within 5 s\n", static_cast<unsigned long long>(rung));
         std::exit(1);
       }

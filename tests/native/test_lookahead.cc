@@ -146,6 +146,18 @@ void test_arguments(Report& r) {
   r.code(watch_ahead(c, -1), Code::kInvalidArgument, "arguments: rows < 0 refused");
   r.code(watch_ahead(c, 51), Code::kInvalidArgument, "arguments: rows past max_seq_len refused");
   r.eq(c->lookahead().rows(), 0, "arguments: a refused call watches nothing");
+  // The step path's one-pass check (rows mapped and in range, no lock) must still refuse bad entries,
+  // mapped rows around them or not, and change nothing.
+  r.ok(c->reserve_batch({0, 1}, {10, 10}, false), "arguments: two slots hold 10 rows");
+  const int64_t held0 = c->mapped_tokens(0), held1 = c->mapped_tokens(1);
+  r.code(c->reserve_batch({0, 2}, {1, 0}, false), Code::kInvalidArgument, "arguments: slot past the end refused");
+  r.code(c->reserve_batch({-1, 1}, {0, 1}, false), Code::kInvalidArgument, "arguments: negative slot refused");
+  r.code(c->reserve_batch({0, 1}, {1, -1}, false), Code::kInvalidArgument, "arguments: negative length refused");
+  r.code(c->reserve_batch({0, 1}, {1, 51}, false), Code::kOutOfRange, "arguments: length past max_seq_len refused");
+  r.code(c->reserve_batch({0, 1}, {1}, false), Code::kInvalidArgument, "arguments: one length short refused");
+  r.check(c->mapped_tokens(0) == held0 && c->mapped_tokens(1) == held1, "arguments: refused batches change nothing");
+  r.ok(c->release(0, nullptr), "arguments: release 0");
+  r.ok(c->release(1, nullptr), "arguments: release 1");
 }
 
 }  // namespace

@@ -146,6 +146,8 @@ void fenced_cache(Report& r, cudaStream_t s, bool no_counters) {
       !check_cuda(r, cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking), "cache: capture stream") ||
       !check_cuda(r, cudaStreamCreateWithFlags(&idle, cudaStreamNonBlocking), "cache: idle stream"))
     return;
+  // Mapped before the capture: a copy node's addresses are looked at when the graph is built.
+  if (!r.ok(cache->reserve(slot, 2048, nullptr), "cache: reserve before the capture")) return;
   // The step: write the slot, spin ~2 ms, copy the slot out (reads it at the end of the step).
   cudaGraph_t body = nullptr;
   cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal);
