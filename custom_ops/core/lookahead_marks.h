@@ -40,7 +40,8 @@ class LookaheadMarks {
     marked_[static_cast<size_t>(slot)].store(false, std::memory_order_relaxed);
   }
   // The mapper: whether any slot was marked since the last take_any (and clears it), then per slot.
-  bool take_any() { return any_.exchange(false, std::memory_order_acq_rel); }
+  // Loads first: a look that finds nothing writes nothing, so the step path's lines stay its own.
+  bool take_any() { return any_.load(std::memory_order_acquire) && any_.exchange(false, std::memory_order_acq_rel); }
   bool take(int64_t slot) { return marked_[static_cast<size_t>(slot)].exchange(false, std::memory_order_acq_rel); }
   int64_t wanted(int64_t slot) const { return wanted_[static_cast<size_t>(slot)].load(std::memory_order_acquire); }
 
@@ -50,10 +51,12 @@ class LookaheadMarks {
   uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
 
  private:
-  std::atomic<int64_t> rows_{0};
+  // What the step path reads (rows_, the arrays' headers) apart from what the mapper writes (any_,
+  // failures_): a look must not take the step's cache line away.
+  alignas(64) std::atomic<int64_t> rows_{0};
   std::vector<std::atomic<int64_t>> wanted_;
   std::vector<std::atomic<bool>> marked_;
-  std::atomic<bool> any_{false};
+  alignas(64) std::atomic<bool> any_{false};
   std::atomic<uint64_t> failures_{0};
 };
 

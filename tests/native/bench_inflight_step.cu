@@ -109,9 +109,10 @@ struct Timer {  // every call of each kind on the step path
     fn();
     v.push_back(now_us() - t0);
   }
-  void print() const {  // "kind p99/max" per kind
+  void print() const {  // "kind p50/p99/max" per kind
     for (const auto& c : calls) {
-      std::printf(" %s %.1f/%.1f;", c.first, pct(c.second, 0.99), *std::max_element(c.second.begin(), c.second.end()));
+      std::printf(" %s %.1f/%.1f/%.1f;", c.first, pct(c.second, 0.5), pct(c.second, 0.99),
+                  *std::max_element(c.second.begin(), c.second.end()));
     }
   }
 };
@@ -443,7 +444,7 @@ int main(int argc, char** argv) {
   std::printf("zero cover granule %zu MiB; SM clock %d MHz; mapper thread SCHED_BATCH once started; %s\n",
               b->zero_granule() >> 20, clock_khz / 1000,
               opt.pin ? "pinned: step thread on CPU 0, mapper on CPUs 1.." : "threads not pinned");
-  std::printf("| slots | mapping | pattern | crossings/step | steps timed | p50 us | p99 us | max us | each kind of call on the step path: p99/max us |\n"
+  std::printf("| slots | mapping | pattern | crossings/step | steps timed | p50 us | p99 us | max us | each kind of call on the step path: p50/p99/max us |\n"
               "|---|---|---|---:|---:|---:|---:|---:|---|\n");
   for (int slots : {64, 256}) {
     if (opt.only_slots != 0 && slots != opt.only_slots) continue;
