@@ -45,12 +45,14 @@ struct DecodeOptions {
   int64_t split_keys = 0;
   // Per-slot batches (cache_seqlens) on the tensor-core kernel: each entry's keys cut into splits by its own
   // length on the device, so that skewed lengths still fill the SMs (decode_attention_balance_cuda.cuh).
-  // 0 (the default): off; kBalanceRule (-1): the rule's shapes and budget (balance_wanted,
-  // decode_attention_balance_plan.h); n >= 1: wherever it applies, a grid of n blocks an SM that the splits
-  // fill. Off by default because the plan cannot see the lengths: on the H200 (merged tree, 2026-12-02) the
-  // rule made skewed batches 1.3-2.7x faster and equal-length ones 7-17% (4k keys) and 3-7% (16k) slower
-  // (docs/H200_DECODE_PARITY.md). A scheduler that knows its batch is skewed opts in.
-  int balance = 0;
+  // kBalanceRule (-1, the default): on the rule's shapes (balance_wanted, decode_attention_balance_plan.h) the
+  // host launches a grid that holds both the balanced and the plain plan, and its blocks choose between them
+  // from the batch's lengths (balance_skewed): skewed lengths the balanced splits, even ones the plain plan's
+  // splits, so that equal lengths cost what the plain plan costs. 0: off (the plain plan); n >= 1: balanced
+  // wherever it applies, whatever the lengths, a grid of n blocks an SM that the splits fill. On the H200
+  // (merged tree, 2026-12-02) balanced splits made skewed batches 1.3-2.7x faster and, taken for equal
+  // lengths too, those 3-17% slower (docs/H200_DECODE_PARITY.md): hence the choice on the device.
+  int balance = kBalanceRule;
 };
 
 // What split_keys must be a multiple of: every kernel's unit of keys (a tensor-core tile is at most 128).

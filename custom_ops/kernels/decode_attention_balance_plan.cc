@@ -52,7 +52,7 @@ bool balance_wanted(const DecodeAttentionParams& p, const Plan& plan) {
     return false;
   }
   if (o.balance > 0) return true;
-  // kBalanceRule, the measured shapes: per-slot GQA batches (2-16 rows a kv head, one M-tile, one row group) of
+  // kBalanceRule (the default), the measured shapes, where the device then chooses (balance_skewed): per-slot GQA batches (2-16 rows a kv head, one M-tile, one row group) of
   // two or more entries and kBalanceMinUnits or more blocks a split of every entry, under a bound of
   // kBalanceMinBound keys or more, where an entry can get two splits or more. One row a kv head (MHA on the
   // tensor-core kernel) and large groups (MQA) only when forced.
@@ -61,7 +61,7 @@ bool balance_wanted(const DecodeAttentionParams& p, const Plan& plan) {
          p.kv_len >= kBalanceMinBound && depth_of(p, plan, min_units_of(p)) >= 2;
 }
 
-Status plan_balanced(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan) {
+Status plan_balanced(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, const Plan* plain, Plan* plan) {
   const DecodeOptions& o = options_of(p);
   plan->balance_min_units = min_units_of(p);
   plan->balance_blocks = budget_of(p, *plan);
@@ -76,7 +76,18 @@ Status plan_balanced(const DecodeAttentionParams& p, const KernelOccupancy& occu
   PVT_RETURN_IF_ERROR(check_mma_resident(p, *plan, occupancy));
   plan->balance_wave = plan->sms * occupancy.mma_resident[plan->mma_warps == 8 ? 1 : 0];
   plan->mma_sm_exclusive = false;
-  // The partials of up to `splits` splits a row, and the split size the blocks chose (for the merge).
+  if (plain != nullptr) {  // the rule: the plain plan's blocks too, where they are this instance's
+    if (plain->cluster || plain->mma_warps != plan->mma_warps || plain->mma_tiles != plan->mma_tiles) {
+      *plan = *plain;
+      plan->workspace_bytes = workspace_of(p, *plan);
+      return Status::Ok();
+    }
+    plan->balance_plain_splits = plain->splits;
+    plan->splits = std::max(plan->splits, plain->splits);
+    plan->balance_grid = std::max(plan->balance_grid, units_of(p, *plan) * plain->splits);
+  }
+  // The partials of up to `splits` splits a row, and the split size the blocks chose (for the merge; 0: the
+  // plain plan's splits).
   plan->workspace_bytes = plan->splits > 1 ? workspace_of(p, *plan) + 16 : 0;
   return Status::Ok();
 }

@@ -6,9 +6,10 @@ Rows: GQA 28/4 (Qwen2-7B) and 32/8 (Llama-3-8B), head_dim 128, fp16; B in {16, 3
 lengths seeded: a quarter of the slots long (8k-16k keys), the rest short (256-2k). The per-slot cache
 holds 16k + 64 keys a slot (its capacity: the plan's bound). Cold L2 as in bench_families.py (copies read
 in turn where the read bytes are under 3 x L2), CUDA-graph replay, best of --reps.
-  ours_slot    decode_attention_cuda over the per-slot cache with cache_seqlens (default options: balanced off)
-  ours_off     the same, options set explicitly to the default (DecodeOptions::balance = 0)
-  ours_rule    the same with balanced splits by the rule (DecodeOptions::balance = -1, kBalanceRule)
+  ours_slot    decode_attention_cuda over the per-slot cache with cache_seqlens (default options: the rule,
+               DecodeOptions::balance = -1, kBalanceRule: on its shapes a grid that holds balanced splits and
+               the plain plan, its blocks choosing by the lengths; chose_ours_slot says which they took)
+  ours_off     the same with balanced splits off (DecodeOptions::balance = 0): the plain plan
   ours_sk<K>   the same with fixed splits of K keys from key 0 (--split-keys K,...; DecodeOptions::split_keys):
                an entry's own length then sets how many of its blocks do work, on the device
   ours_bal<N>  the same with balanced splits forced, a budget of N blocks an SM (--balance N,...;
@@ -66,16 +67,19 @@ def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, variants, uniform=None):
         vl.append(torch.randn(B, SMAX, hkv, D, device="cuda", dtype=dt).transpose(0, 1))
     out = {"ours_slot": torch.empty(B, 1, hq, D, device="cuda", dtype=dt)}
     rot = Rotation(n)
-    fns = {}
+    fns, chosen = {}, {}
     for name, opts in [("ours_slot", {})] + variants:  # each planned (and captured) under its options
         out.setdefault(name, torch.empty(B, 1, hq, D, device="cuda", dtype=dt))
         ext.set_decode_options(**opts)
         pl = ext.plan(qo, kl[0], vl[0], out[name], SMAX, seqlens)
         r["plan_" + name] = (f"{pl['kernel']} t{pl['mma_tiles']} w{pl['mma_warps']} s{pl['splits']}"
                              + (" cl" if pl["cluster"] else "")
-                             + (f" bal{pl['balance_grid']}" if pl.get("balance_grid") else ""))
+                             + (f" bal{pl['balance_grid']}" if pl.get("balance_grid") else "")
+                             + (f" plain{pl['balance_plain_splits']}" if pl.get("balance_plain_splits") else ""))
         ws = torch.empty(max(1, ext.workspace_bytes(qo, kl[0], vl[0], out[name], SMAX, seqlens)), dtype=torch.uint8,
                          device="cuda")
+        if pl.get("balance_grid") and pl["splits"] > 1:  # the split size the blocks leave after the partials
+            chosen[name] = (ws, pl["splits"] * B * hq * (D + 2) * 4)
         ext.set_decode_options()
         fns[name] = knob_call(ext, opts, lambda o=out[name], w=ws: ext.attention(
             qo, kl[rot.next()], vl[rot.turn], o, SMAX, w, seqlens))
@@ -88,6 +92,9 @@ def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, variants, uniform=None):
     best = best_replay(graphs, reps, iters)
     for name in graphs:
         r[name + "_us"] = round(best[name], 2)
+    for name, (ws, at) in chosen.items():  # which grid the blocks took: 0 the plain plan, else the split size
+        c = int(ws[at:at + 4].view(torch.int32).item())
+        r["chose_" + name] = "plain" if c == 0 else f"balanced {c * 128} keys"
     for name in out:  # every variant's last call read the same copy: its output against the plan before balancing
         if name != "ours_off" and "ours_off" in out:
             r["maxdiff_" + name] = float((out[name].float() - out["ours_off"].float()).abs().max())
@@ -113,7 +120,7 @@ def ints(flag):
 def main():
     out_path = sys.argv[1]
     reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
-    variants = ([("ours_off", {"balance": 0}), ("ours_rule", {"balance": -1})] + [(f"ours_sk{k}", {"split_keys": k}) for k in ints("--split-keys")]
+    variants = ([("ours_off", {"balance": 0})] + [(f"ours_sk{k}", {"split_keys": k}) for k in ints("--split-keys")]
                 + [(f"ours_bal{n}", {"balance": n}) for n in ints("--balance")])
     uniform, uniform_batches = ints("--uniform"), ints("--uniform-batches") or [16, 32, 64]
     if "--capi" in sys.argv:

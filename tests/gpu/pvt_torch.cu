@@ -192,6 +192,7 @@ pybind11::dict plan(const torch::Tensor& q, const torch::Tensor& k, const torch:
   d["splits"] = pl.splits;
   d["cluster"] = pl.cluster;
   d["balance_grid"] = pl.balance_grid;
+  d["balance_plain_splits"] = pl.balance_plain_splits;
   d["workspace_bytes"] = pl.workspace_bytes;
   return d;
 }

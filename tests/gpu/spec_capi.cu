@@ -108,7 +108,8 @@ int pvt_capi_attention_workspace(const int64_t* dims, void* const* ptrs, const i
 }
 
 // The plan attention would launch (pvt_torch's plan): out = mma kernel, rows kernel, M-tiles, warps, splits,
-// cluster, balanced grid (0: not balanced), workspace bytes.
+// cluster, balanced grid (0: not balanced), workspace bytes, the plain plan's splits the balanced grid holds
+// (0: none; the rule, the device choosing). `out`: 9 values.
 int pvt_capi_plan(const int64_t* dims, void* const* ptrs, const int64_t* strides, int64_t* out) {
   auto p = attention_params(dims, ptrs, strides);
   p.options = &g_options;
@@ -116,8 +117,9 @@ int pvt_capi_plan(const int64_t* dims, void* const* ptrs, const int64_t* strides
   const pvt::Status s = pvt::decode_attention_cuda_plan(p, &pl);
   if (!s.ok()) return status(s);
   const int64_t v[] = {pl.mma_kernel,  pl.rows_kernel, pl.mma_tiles,    pl.mma_warps,
-                       pl.splits,      pl.cluster,     pl.balance_grid, static_cast<int64_t>(pl.workspace_bytes)};
-  std::copy(v, v + 8, out);
+                       pl.splits,      pl.cluster,     pl.balance_grid, static_cast<int64_t>(pl.workspace_bytes),
+                       pl.balance_plain_splits};
+  std::copy(v, v + 9, out);
   return 0;
 }
 
