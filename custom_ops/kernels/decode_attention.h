@@ -53,6 +53,9 @@ struct DecodeOptions {
   // (merged tree, 2026-12-02) balanced splits made skewed batches 1.3-2.7x faster and, taken for equal
   // lengths too, those 3-17% slower (docs/H200_DECODE_PARITY.md): hence the choice on the device.
   int balance = kBalanceRule;
+  // > 0: the rule's budget, this many blocks an SM, instead of its choice by shape (budget_of in
+  // decode_attention_balance_plan.cc); a knob for measuring other budgets with the device's choice kept.
+  int balance_blocks_per_sm = 0;
 };
 
 // What split_keys must be a multiple of: every kernel's unit of keys (a tensor-core tile is at most 128).

@@ -13,7 +13,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t units_of(const DecodeAttentionParams& p, const Plan& plan) { return p.batch * p.kv_heads * plan.row_groups; }
 
 // The budget of blocks for the batch's splits (Plan::balance_blocks): DecodeOptions::balance blocks an SM, or
-// the rule's: two an SM (the 4-warp instance's residency) where a split of every entry takes up to one an SM,
+// under the rule DecodeOptions::balance_blocks_per_sm where given, else the rule's own: two an SM (the 4-warp instance's residency) where a split of every entry takes up to one an SM,
 // more where it takes more (a power of two, at most kBalanceMaxBlocksPerSm): the short entries take a block
 // each whatever their length, and the long ones need the rest to split. H200 (bench_mixed.py, 2026-12-02
 // 05:43 UTC, times relative within one build; docs/H200_DECODE_PARITY.md), skewed batches, the best budget: 2
@@ -23,6 +23,7 @@ int64_t units_of(const DecodeAttentionParams& p, const Plan& plan) { return p.ba
 // device then keeps one wave where it is as good: balanced_block).
 int64_t budget_of(const DecodeAttentionParams& p, const Plan& plan) {
   if (options_of(p).balance > 0) return options_of(p).balance * plan.sms;
+  if (options_of(p).balance_blocks_per_sm > 0) return options_of(p).balance_blocks_per_sm * plan.sms;
   int64_t per_sm = kBalanceBlocksPerSm;
   while (per_sm < kBalanceMaxBlocksPerSm && per_sm * plan.sms < 2 * units_of(p, plan)) per_sm *= 2;
   return per_sm * plan.sms;

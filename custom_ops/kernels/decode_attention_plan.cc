@@ -305,10 +305,11 @@ Status check_options(const DecodeOptions& o) {
                       std::to_string(kSplitKeysUnit) + " and cannot be combined with splits; got split_keys " +
                       std::to_string(o.split_keys) + ", splits " + std::to_string(o.splits));
   }
-  if (o.balance < -1) {
+  if (o.balance < -1 || o.balance_blocks_per_sm < 0) {
     return Status(Code::kInvalidArgument,
-                  "decode_attention_cuda: options.balance must be 0 (off), -1 (the rule) or a number of blocks an SM >= 1; got " +
-                      std::to_string(o.balance));
+                  "decode_attention_cuda: options.balance must be 0 (off), -1 (the rule) or a number of blocks an SM >= 1 "
+                  "and options.balance_blocks_per_sm >= 0; got " + std::to_string(o.balance) + ", " +
+                      std::to_string(o.balance_blocks_per_sm));
   }
   const int t = o.mma_row_tiles, rw = o.mma_row_warps;
   if (rw != 0 && rw != -1 && rw != 2 && rw != 4 && rw != 8) {

@@ -14,6 +14,10 @@ in turn where the read bytes are under 3 x L2), CUDA-graph replay, best of --rep
                an entry's own length then sets how many of its blocks do work, on the device
   ours_bal<N>  the same with balanced splits forced, a budget of N blocks an SM (--balance N,...;
                DecodeOptions::balance): each entry's keys cut by its own length on the device
+  ours_bal<N>w8  the same with blocks of 8 warps (--balance-w8 N,...; DecodeOptions::mma_warps = 8: one
+               block an SM resident, so a budget of N an SM runs in N waves)
+  ours_rule<N> the default (the rule, the device choosing) with a budget of N blocks an SM (--rule-blocks N,...;
+               DecodeOptions::balance_blocks_per_sm) instead of the rule's own by shape
   sdpa_<be>    SDPA (cudnn, flash) over K/V padded to the batch's longest slot, no mask: a timing
                yardstick only (it reads and computes the padding, as a padded batch does)
 read GB/s: bytes of K+V in the slots' own lengths / time; % of copy: against a 1 GiB device-to-device copy
@@ -22,7 +26,7 @@ read GB/s: bytes of K+V in the slots' own lengths / time; % of copy: against a 1
 at the batches of --uniform-batches (default 16,32,64). --capi: the kernels from build/spec_capi/libpvt_spec.so
 (spec_capi_build.sh, built without a GPU and carried: nothing compiled here) instead of the extension.
 Usage: python3 tests/gpu/bench_mixed.py OUT.json [--reps N] [--split-keys K1,...] [--balance N1,...]
-       [--uniform N1,...] [--uniform-batches B1,...] [--capi]
+       [--balance-w8 N1,...] [--rule-blocks N1,...] [--uniform N1,...] [--uniform-batches B1,...] [--capi]
 """
 import json
 import random
@@ -121,7 +125,9 @@ def main():
     out_path = sys.argv[1]
     reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
     variants = ([("ours_off", {"balance": 0})] + [(f"ours_sk{k}", {"split_keys": k}) for k in ints("--split-keys")]
-                + [(f"ours_bal{n}", {"balance": n}) for n in ints("--balance")])
+                + [(f"ours_bal{n}", {"balance": n}) for n in ints("--balance")]
+                + [(f"ours_bal{n}w8", {"balance": n, "mma_warps": 8}) for n in ints("--balance-w8")]
+                + [(f"ours_rule{n}", {"balance": -1, "balance_blocks_per_sm": n}) for n in ints("--rule-blocks")])
     uniform, uniform_batches = ints("--uniform"), ints("--uniform-batches") or [16, 32, 64]
     if "--capi" in sys.argv:
         from pvt_capi import CApi

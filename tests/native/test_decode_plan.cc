@@ -192,6 +192,7 @@ DecodeOptions options_for(const Case& c) {
   if (n == "split_keys") o.split_keys = c.value;
   if (n == "balance") o.balance = static_cast<int>(c.value);
   if (n == "mma_row_warps") o.mma_row_warps = static_cast<int>(c.value);
+  if (n == "balance_blocks_per_sm") o.balance_blocks_per_sm = static_cast<int>(c.value);
   return o;
 }
 
@@ -410,7 +411,8 @@ void test_split_keys(Report& r) {
 // forced by balance >= 1 wherever they apply, MQA and MHA too; never when off (0), with split_keys or forced
 // splits), the budget (2, 4, 8 blocks an SM as a split of every entry takes up to 1, 2, 4 an SM), grid,
 // depth and workspace on the 132-SM device, and under the rule the plain plan the grid holds too (its splits
-// as the plain plan has them with balance 0: the grid covers its blocks and the workspace its partials).
+// as the plain plan has them with balance 0: the grid covers its blocks and the workspace its partials); the
+// rule's budget given by DecodeOptions::balance_blocks_per_sm.
 void test_balance(Report& r) {
   struct Want { const char* name; int64_t B, S, Hq, Hkv, D, Tq; int slot; const char* option; int64_t value;
                 int64_t budget, grid, depth, plain; };  // budget 0: not balanced; plain: balance_plain_splits
@@ -438,6 +440,9 @@ void test_balance(Report& r) {
       {"off", 16, 16448, 28, 4, 128, 1, 1, "balance", 0, 0, 0, 0, 0},
       {"default_rule", 16, 16448, 28, 4, 128, 1, 1, "", 0, 264, 264, 33, 2},
       {"default_rule_b64", 64, 16448, 32, 8, 128, 1, 1, "", 0, 1056, 1056, 33, 1},
+      {"rule_budget4", 16, 16448, 28, 4, 128, 1, 1, "balance_blocks_per_sm", 4, 528, 528, 33, 2},
+      {"rule_budget3_b32", 32, 16448, 32, 8, 128, 1, 1, "balance_blocks_per_sm", 3, 396, 396, 18, 1},
+      {"rule_budget1_b64_one_split", 64, 16448, 32, 8, 128, 1, 1, "balance_blocks_per_sm", 1, 0, 0, 0, 0},
       {"split_keys", 16, 16448, 28, 4, 128, 1, 1, "split_keys", 2048, 0, 0, 0, 0},
       {"splits", 16, 16448, 28, 4, 128, 1, 1, "splits", 4, 0, 0, 0, 0},
   };
@@ -485,6 +490,10 @@ void test_balance(Report& r) {
   DecodeOptions o;
   o.balance = -2;
   r.code(check_options(o), Code::kInvalidArgument, "balance.below_minus_one");
+  o.balance = kBalanceRule;
+  o.balance_blocks_per_sm = -1;
+  r.code(check_options(o), Code::kInvalidArgument, "balance.negative_blocks_per_sm");
+  o.balance_blocks_per_sm = 0;
   o.balance = 4;  // balanced grids are the key-slice kernel's: forcing the row-owning kernel too is refused
   o.mma_row_warps = 4;
   r.code(check_options(o), Code::kInvalidArgument, "balance.with_forced_row_warps");
