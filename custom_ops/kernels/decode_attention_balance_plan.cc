@@ -53,8 +53,8 @@ bool balance_wanted(const DecodeAttentionParams& p, const Plan& plan) {
     return false;
   }
   if (o.balance > 0) return true;
-  // kBalanceRule (the default), the measured shapes, where the device then chooses (balance_skewed): per-slot GQA batches (2-16 rows a kv head, one M-tile, one row group) of
-  // two or more entries and kBalanceMinUnits or more blocks a split of every entry, under a bound of
+  // kBalanceRule, the measured shapes (where plan_balanced lets the device choose, balance_skewed): per-slot
+  // GQA batches (2-16 rows a kv head, one M-tile, one row group) of two or more entries and kBalanceMinUnits or more blocks a split of every entry, under a bound of
   // kBalanceMinBound keys or more, where an entry can get two splits or more. One row a kv head (MHA on the
   // tensor-core kernel) and large groups (MQA) only when forced.
   const bool gqa = p.q_heads / p.kv_heads * p.q_len >= 2 && plan.mma_tiles == 1 && plan.row_groups == 1;
@@ -77,7 +77,13 @@ Status plan_balanced(const DecodeAttentionParams& p, const KernelOccupancy& occu
   PVT_RETURN_IF_ERROR(check_mma_resident(p, *plan, occupancy));
   plan->balance_wave = plan->sms * occupancy.mma_resident[plan->mma_warps == 8 ? 1 : 0];
   plan->mma_sm_exclusive = false;
-  if (plain != nullptr) {  // the rule: the plain plan's blocks too, where they are this instance's
+  // The rule: the plain plan's blocks too, where they are this instance's, and not where the plain plan
+  // keeps one block an SM (Plan::mma_sm_exclusive): a balanced grid of two an SM cannot keep its plain blocks
+  // apart, and the H200 paired them up. Equal lengths under a 16k bound, the blocks having chosen the plain
+  // plan (2026-12-02 08:37 UTC, docs/H200_DECODE_PARITY.md): 16-57% slower than the plain plan there (Llama-3
+  // 32/8 B=16 4k keys 104.6 against 66.5 us), balanced splits only 6-17% (76.1); where the plain grid is
+  // larger than the SMs (two an SM either way) 0.8-4.1%.
+  if (plain != nullptr && !plain->mma_sm_exclusive) {
     if (plain->cluster || plain->mma_warps != plan->mma_warps || plain->mma_tiles != plan->mma_tiles) {
       *plan = *plain;
       plan->workspace_bytes = workspace_of(p, *plan);

@@ -49,9 +49,10 @@ bool balance_wanted(const DecodeAttentionParams& p, const Plan& plan);
 
 // The grid, budget, depth (Plan::splits: the most splits an entry can get) and workspace of a balanced plan.
 // `plain` (the rule): the plain plan of the same call, which the blocks take where the lengths are even
-// (Plan::balance_plain_splits; the grid and workspace then hold both); where its blocks differ from the
-// balanced ones in more than their split (a cluster, other warps) the plan is `plain` itself. Null: balanced
-// whatever the lengths (forced). kDriver where the tensor-core instance cannot be resident.
+// (Plan::balance_plain_splits; the grid and workspace then hold both), unless it keeps one block an SM
+// (balanced whatever the lengths then, see the .cc); where its blocks differ from the balanced ones in more
+// than their split (a cluster, other warps) the plan is `plain` itself. Null: balanced whatever the lengths
+// (forced). kDriver where the tensor-core instance cannot be resident.
 Status plan_balanced(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, const Plan* plain, Plan* plan);
 
 }  // namespace decode_plan

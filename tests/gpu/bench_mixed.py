@@ -6,10 +6,12 @@ Rows: GQA 28/4 (Qwen2-7B) and 32/8 (Llama-3-8B), head_dim 128, fp16; B in {16, 3
 lengths seeded: a quarter of the slots long (8k-16k keys), the rest short (256-2k). The per-slot cache
 holds 16k + 64 keys a slot (its capacity: the plan's bound). Cold L2 as in bench_families.py (copies read
 in turn where the read bytes are under 3 x L2), CUDA-graph replay, best of --reps.
-  ours_slot    decode_attention_cuda over the per-slot cache with cache_seqlens (default options: the rule,
-               DecodeOptions::balance = -1, kBalanceRule: on its shapes a grid that holds balanced splits and
-               the plain plan, its blocks choosing by the lengths; chose_ours_slot says which they took)
-  ours_off     the same with balanced splits off (DecodeOptions::balance = 0): the plain plan
+  ours_slot    decode_attention_cuda over the per-slot cache with cache_seqlens (default options: balanced off)
+  ours_off     the same, options set explicitly to the default (DecodeOptions::balance = 0): the plain plan
+  ours_rule    the same with balanced splits by the rule (DecodeOptions::balance = -1, kBalanceRule: on its
+               shapes balanced splits, and where the plain grid is larger than the SMs a grid that holds the
+               plain plan too, its blocks choosing by the lengths)
+  chose_<v>    which grid a balanced grid's blocks took (the split size they left in the workspace; plain: 0)
   ours_sk<K>   the same with fixed splits of K keys from key 0 (--split-keys K,...; DecodeOptions::split_keys):
                an entry's own length then sets how many of its blocks do work, on the device
   ours_bal<N>  the same with balanced splits forced, a budget of N blocks an SM (--balance N,...;
@@ -124,7 +126,8 @@ def ints(flag):
 def main():
     out_path = sys.argv[1]
     reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
-    variants = ([("ours_off", {"balance": 0})] + [(f"ours_sk{k}", {"split_keys": k}) for k in ints("--split-keys")]
+    variants = ([("ours_off", {"balance": 0}), ("ours_rule", {"balance": -1})]
+                + [(f"ours_sk{k}", {"split_keys": k}) for k in ints("--split-keys")]
                 + [(f"ours_bal{n}", {"balance": n}) for n in ints("--balance")]
                 + [(f"ours_bal{n}w8", {"balance": n, "mma_warps": 8}) for n in ints("--balance-w8")]
                 + [(f"ours_rule{n}", {"balance": -1, "balance_blocks_per_sm": n}) for n in ints("--rule-blocks")])

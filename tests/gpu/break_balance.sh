@@ -5,8 +5,9 @@
 #     values must fail.
 #   choice: the device's choice under the rule always takes balanced splits, even lengths too: the
 #     balanced.choice.even cases' device_choice checks must fail (their values still pass).
-#   plain: a block that took the plain plan always takes its entry's split 0: the even choice cases with
-#     two plain splits (qwen28_4.b16, llama32_8.b8) must fail on their values (gqa32_8.b17 has one split).
+#   plain: a block that took the plain plan takes the (entry, kv head) of the block before it where its own
+#     is odd: the even choice cases that take the plain plan (qwen28_4.b34, llama32_8.b17, gqa32_8.b17) must
+#     fail on their values (half their rows never written).
 # Usage: [BREAK=mapping|choice|plain] bash tests/gpu/break_balance.sh BUILD_DIR [cmake args...]; then
 #        BUILD_DIR/test_decode_attention --balanced-only (expected: the cases above fail).
 set -euo pipefail
@@ -21,7 +22,7 @@ f=$src/custom_ops/kernels/decode_attention_balance_cuda.cuh
 case "${BREAK:-mapping}" in
   mapping) line='const uint32_t j = q % s, kvh = q / s;'; edit='s|j = q % s, kvh = q / s;|j = q / s, kvh = q % s;|' ;;
   choice) line='if (sc.plain_n > 0 && !balance_skewed('; edit='s|if (sc.plain_n > 0 \&\& !balance_skewed(|if (sc.plain_n > 0 \&\& false \&\& !balance_skewed(|' ;;
-  plain) line='work[3] = y;'; edit='s|work\[3\] = y;|work[3] = 0;|' ;;
+  plain) line='x = w - y * blocks_x;'; edit='s|x = w - y \* blocks_x;|x = (w - y * blocks_x) \& ~1u;|' ;;
   *) echo "break_balance: BREAK must be mapping, choice or plain; got ${BREAK}" >&2; exit 2 ;;
 esac
 grep -qF "$line" "$f" || { echo "break_balance: no line for ${BREAK:-mapping}" >&2; exit 1; }

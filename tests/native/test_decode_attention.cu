@@ -548,7 +548,7 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
   if (c.want_choice >= 0) {  // the split size after the partials (decode_attention_cuda.cu), written by block 0
     int32_t chunk = -1;
     const size_t at = static_cast<size_t>(plan.splits * plan.rows_total * (c.D + 2)) * sizeof(float);
-    const bool held = plan.balance_plain_splits > 0 && plan.splits > 1 && at + 4 <= wsb;
+    const bool held = plan.balance_blocks > 0 && plan.splits > 1 && at + 4 <= wsb;
     if (held) cudaMemcpy(&chunk, static_cast<char*>(ws.ptr) + at, 4, cudaMemcpyDeviceToHost);
     r.check(held && (chunk > 0) == (c.want_choice == 1) && chunk >= 0, c.name + ".device_choice",
             "split size " + std::to_string(chunk) + " (0: the plain plan), plain splits " +
@@ -654,12 +654,13 @@ VarlenCase skewed(std::mt19937& rng, const std::string& name, int64_t slots, int
   return c;
 }
 
-// The device's choice under the rule (DecodeOptions' default): shapes the rule balances (per-slot GQA, 64 or
-// more blocks a split, a bound of 8192 keys), so that the grid holds the plain plan too, with lengths even (the
-// blocks must take the plain plan: 2 splits of each entry at 16 x 4 and 8 x 8 entries x kv heads, one at 17 x 8)
-// and skewed (balanced splits), against the host kernel, and which one the blocks took.
+// The device's choice under the rule (kBalanceRule): shapes the rule balances (per-slot GQA, 64 or more blocks
+// a split, a bound of 8192 keys) whose plain grid (one split: 136 entries x kv heads) is larger than the SMs,
+// so that the grid holds the plain plan too, with lengths even (the blocks must take the plain plan) and skewed
+// (balanced splits); and where the plain grid would keep one block an SM (16 x 4, 8 x 8: 2 splits each), which
+// the rule balances whatever the lengths. Against the host kernel, and which grid the blocks took.
 VarlenCase chosen(std::mt19937& rng, const std::string& name, int64_t slots, int64_t Hq, int64_t Hkv, int64_t D,
-                  ScalarType dt, bool skew) {
+                  ScalarType dt, bool skew, bool plain_held = true) {
   const int64_t Smax = 8192;
   VarlenCase c{name, slots, Smax, Hq, Hkv, D, dt, {}, {}, {}, 1, Smax, {}, true};
   std::uniform_int_distribution<int32_t> even(1400, 1500), shortlen(1, 600), longlen(5000, 8000);
@@ -669,17 +670,21 @@ VarlenCase chosen(std::mt19937& rng, const std::string& name, int64_t slots, int
     c.q_counts.push_back(1);
   }
   c.want_balanced = 1;
-  c.want_choice = skew ? 1 : 0;
+  c.want_choice = skew || !plain_held ? 1 : 0;
   return c;
 }
 
 void test_balanced(Report& r, std::mt19937& rng, cudaStream_t stream) {
-  g_options = DecodeOptions{};  // the default: the rule, the device choosing
+  g_options = DecodeOptions{};
+  g_options.balance = kBalanceRule;  // the rule, the device choosing
   for (bool skew : {false, true}) {
     const std::string how = skew ? "balanced.choice.skewed." : "balanced.choice.even.";
-    for (VarlenCase c : {chosen(rng, how + "qwen28_4.b16.d128.fp16", 16, 28, 4, 128, ScalarType::kFloat16, skew),
-                         chosen(rng, how + "llama32_8.b8.d128.bf16", 8, 32, 8, 128, ScalarType::kBFloat16, skew),
-                         chosen(rng, how + "gqa32_8.b17.d64.fp16", 17, 32, 8, 64, ScalarType::kFloat16, skew)}) {
+    const ScalarType f16 = ScalarType::kFloat16, bf16 = ScalarType::kBFloat16;
+    for (VarlenCase c : {chosen(rng, how + "qwen28_4.b34.d128.fp16", 34, 28, 4, 128, f16, skew),
+                         chosen(rng, how + "llama32_8.b17.d128.bf16", 17, 32, 8, 128, bf16, skew),
+                         chosen(rng, how + "gqa32_8.b17.d64.fp16", 17, 32, 8, 64, f16, skew),
+                         chosen(rng, how + "no_plain.qwen28_4.b16.d128.fp16", 16, 28, 4, 128, f16, skew, false),
+                         chosen(rng, how + "no_plain.llama32_8.b8.d128.bf16", 8, 32, 8, 128, bf16, skew, false)}) {
       run_varlen(r, c, rng, stream);
     }
   }

@@ -47,8 +47,6 @@ struct Case {
 // B in {1, 8, 32} x S in {1k, 4k, 16k, 64k} x MHA 32/32 and GQA 32/8 x seq-major and per-slot, fp16,
 // head_dim 128; then each option, other dtypes and head dims, a mask, Tq 4, an unaligned cache; then the
 // tensor-core families of issue 32 (frozen from this planner: the rows print_row prints for an empty want).
-// Per-slot GQA at B=8 and 32 from 16k keys: balanced grids that hold the plain plan, the device choosing by
-// the lengths (DecodeOptions::balance's default, kBalanceRule; test_balance checks the plain plan they hold).
 const Case kCases[] = {
     {"table", 1, 1, 1024, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 64, 32, 0, 0, 4, 0, 1, 266240, 0}},
     {"table", 1, 1, 1024, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 64, 32, 0, 0, 4, 0, 1, 266240, 0}},
@@ -77,11 +75,11 @@ const Case kCases[] = {
     {"table", 1, 8, 16384, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 2, 8192, 256, 0, 0, 4, 0, 1, 266240, 0}},
     {"table", 1, 8, 16384, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 2, 8192, 256, 0, 0, 4, 0, 1, 266240, 0}},
     {"table", 1, 8, 16384, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 8192, 256, 0, 1, 4, 0, 1, 266240, 1}},
-    {"table", 1, 8, 16384, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 26, 631, 256, 0, 1, 4, 0, 1, 3461136, 0}},
+    {"table", 1, 8, 16384, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 8192, 256, 0, 1, 4, 0, 1, 266240, 1}},
     {"table", 1, 8, 65536, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 2, 32768, 256, 0, 0, 4, 0, 1, 266240, 0}},
     {"table", 1, 8, 65536, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 2, 32768, 256, 0, 0, 4, 0, 1, 266240, 0}},
     {"table", 1, 8, 65536, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 32768, 256, 0, 1, 4, 0, 1, 266240, 1}},
-    {"table", 1, 8, 65536, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 26, 2521, 256, 0, 1, 4, 0, 1, 3461136, 0}},
+    {"table", 1, 8, 65536, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 2, 32768, 256, 0, 1, 4, 0, 1, 266240, 1}},
     {"table", 1, 32, 1024, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 1024, 1024, 0, 0, 4, 0, 1, 0, 0}},
     {"table", 1, 32, 1024, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 1024, 1024, 0, 0, 4, 0, 1, 0, 0}},
     {"table", 1, 32, 1024, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 1024, 1024, 0, 1, 4, 0, 1, 0, 0}},
@@ -93,11 +91,11 @@ const Case kCases[] = {
     {"table", 1, 32, 16384, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 16384, 1024, 0, 0, 4, 0, 1, 0, 0}},
     {"table", 1, 32, 16384, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 16384, 1024, 0, 0, 4, 0, 1, 0, 0}},
     {"table", 1, 32, 16384, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 16384, 1024, 0, 1, 4, 0, 1, 0, 0}},
-    {"table", 1, 32, 16384, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 32, 512, 1024, 0, 1, 4, 0, 1, 17039376, 0}},
+    {"table", 1, 32, 16384, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 16384, 1024, 0, 1, 4, 0, 1, 0, 0}},
     {"table", 1, 32, 65536, 32, 32, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 65536, 1024, 0, 0, 4, 0, 1, 0, 0}},
     {"table", 1, 32, 65536, 32, 32, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 1, 65536, 1024, 0, 0, 4, 0, 1, 0, 0}},
     {"table", 1, 32, 65536, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 65536, 1024, 0, 1, 4, 0, 1, 0, 0}},
-    {"table", 1, 32, 65536, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 35, 1873, 1024, 0, 1, 4, 0, 1, 18636816, 0}},
+    {"table", 1, 32, 65536, 32, 8, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 1, 65536, 1024, 0, 1, 4, 0, 1, 0, 0}},
     {"gqa_no_mma", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "no_mma", 1, {1, 8, 16, 1, 4, 1, 32, 128, 32, 1, 0, 4, 0, 1, 532480, 0}},
     {"gqa_no_mma_b8", 1, 8, 16384, 32, 8, 128, 1, 0, 0, 0, "no_mma", 1, {1, 8, 16, 1, 4, 1, 12, 1366, 256, 1, 0, 4, 0, 1, 1597440, 0}},
     {"gqa_warps4", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "mma_warps", 4, {1, 8, 16, 1, 16, 1, 16, 256, 32, 0, 1, 4, 0, 1, 266240, 1}},
@@ -192,7 +190,10 @@ DecodeOptions options_for(const Case& c) {
   if (n == "split_keys") o.split_keys = c.value;
   if (n == "balance") o.balance = static_cast<int>(c.value);
   if (n == "mma_row_warps") o.mma_row_warps = static_cast<int>(c.value);
-  if (n == "balance_blocks_per_sm") o.balance_blocks_per_sm = static_cast<int>(c.value);
+  if (n == "balance_blocks_per_sm") {  // the rule's budget: under the rule
+    o.balance = kBalanceRule;
+    o.balance_blocks_per_sm = static_cast<int>(c.value);
+  }
   return o;
 }
 
@@ -407,22 +408,24 @@ void test_split_keys(Report& r) {
 
 // Balanced splits (decode_attention_balance_plan.h): which plans take them (per-slot GQA tensor-core plans of
 // 2..kBalanceMaxBatch entries and kBalanceMinUnits or more blocks a split under a bound of kBalanceMinBound
-// keys or more where an entry can get two splits, when DecodeOptions::balance is kBalanceRule, the default;
-// forced by balance >= 1 wherever they apply, MQA and MHA too; never when off (0), with split_keys or forced
-// splits), the budget (2, 4, 8 blocks an SM as a split of every entry takes up to 1, 2, 4 an SM), grid,
-// depth and workspace on the 132-SM device, and under the rule the plain plan the grid holds too (its splits
-// as the plain plan has them with balance 0: the grid covers its blocks and the workspace its partials); the
-// rule's budget given by DecodeOptions::balance_blocks_per_sm.
+// keys or more where an entry can get two splits, when DecodeOptions::balance is kBalanceRule; forced by
+// balance >= 1 wherever they apply, MQA and MHA too; never by default (0), with split_keys or forced splits),
+// the budget (2, 4, 8 blocks an SM as a split of every entry takes up to 1, 2, 4 an SM), grid, depth and
+// workspace on the 132-SM device, and under the rule the plain plan the grid holds too where that plan's grid
+// is larger than the SMs (its splits as the plain plan has them with balance 0: the grid covers its blocks
+// and the workspace its partials; none where the plain plan keeps one block an SM); the rule's budget given
+// by DecodeOptions::balance_blocks_per_sm.
 void test_balance(Report& r) {
   struct Want { const char* name; int64_t B, S, Hq, Hkv, D, Tq; int slot; const char* option; int64_t value;
                 int64_t budget, grid, depth, plain; };  // budget 0: not balanced; plain: balance_plain_splits
   const Want wants[] = {
-      {"qwen2_b16_16k", 16, 16448, 28, 4, 128, 1, 1, "balance", -1, 264, 264, 33, 2},
+      {"qwen2_b16_16k", 16, 16448, 28, 4, 128, 1, 1, "balance", -1, 264, 264, 33, 0},  // plain: 128 blocks
+      {"qwen2_b34_16k", 34, 16448, 28, 4, 128, 1, 1, "balance", -1, 528, 528, 33, 1},  // plain: 136 blocks
       {"llama3_b32_16k", 32, 16448, 32, 8, 128, 1, 1, "balance", -1, 528, 528, 33, 1},
       {"llama3_b64_16k", 64, 16448, 32, 8, 128, 1, 1, "balance", -1, 1056, 1056, 33, 1},
       {"llama3_b64_16k_budget4", 64, 16448, 32, 8, 128, 1, 1, "balance", 4, 528, 528, 3, 0},
       {"llama3_b32_4k_budget2", 32, 4096, 32, 8, 128, 1, 1, "balance", 2, 264, 264, 2, 0},
-      {"causal_tq4_b8_8k", 8, 8192, 32, 8, 128, 4, 1, "balance", -1, 264, 264, 16, 2},
+      {"causal_tq4_b8_8k", 8, 8192, 32, 8, 128, 4, 1, "balance", -1, 264, 264, 16, 0},
       {"falcon71_b64_32k_forced", 64, 32768, 71, 1, 64, 1, 1, "balance", 4, 528, 528, 42, 0},
       {"b1_forced", 1, 8192, 32, 8, 128, 1, 1, "balance", 4, 528, 528, 16, 0},
       {"b256_forced_one_split_each", 256, 4096, 32, 8, 128, 1, 1, "balance", 4, 528, 2048, 1, 0},
@@ -438,9 +441,9 @@ void test_balance(Report& r) {
       {"seq_major", 16, 16448, 28, 4, 128, 1, 0, "balance", 4, 0, 0, 0, 0},
       {"mha_one_row", 16, 16448, 32, 32, 128, 1, 1, "balance", 4, 0, 0, 0, 0},
       {"off", 16, 16448, 28, 4, 128, 1, 1, "balance", 0, 0, 0, 0, 0},
-      {"default_rule", 16, 16448, 28, 4, 128, 1, 1, "", 0, 264, 264, 33, 2},
-      {"default_rule_b64", 64, 16448, 32, 8, 128, 1, 1, "", 0, 1056, 1056, 33, 1},
-      {"rule_budget4", 16, 16448, 28, 4, 128, 1, 1, "balance_blocks_per_sm", 4, 528, 528, 33, 2},
+      {"default_off", 16, 16448, 28, 4, 128, 1, 1, "", 0, 0, 0, 0, 0},
+      {"default_off_b64", 64, 16448, 32, 8, 128, 1, 1, "", 0, 0, 0, 0, 0},
+      {"rule_budget4", 64, 16448, 32, 8, 128, 1, 1, "balance_blocks_per_sm", 4, 528, 528, 3, 1},
       {"rule_budget3_b32", 32, 16448, 32, 8, 128, 1, 1, "balance_blocks_per_sm", 3, 396, 396, 18, 1},
       {"rule_budget1_b64_one_split", 64, 16448, 32, 8, 128, 1, 1, "balance_blocks_per_sm", 1, 0, 0, 0, 0},
       {"split_keys", 16, 16448, 28, 4, 128, 1, 1, "split_keys", 2048, 0, 0, 0, 0},
