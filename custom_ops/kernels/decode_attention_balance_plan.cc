@@ -13,14 +13,17 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t units_of(const DecodeAttentionParams& p, const Plan& plan) { return p.batch * p.kv_heads * plan.row_groups; }
 
 // The budget of blocks for the batch's splits (Plan::balance_blocks): DecodeOptions::balance blocks an SM, or
-// under the rule DecodeOptions::balance_blocks_per_sm where given, else the rule's own: two an SM (the 4-warp instance's residency) where a split of every entry takes up to one an SM,
-// more where it takes more (a power of two, at most kBalanceMaxBlocksPerSm): the short entries take a block
-// each whatever their length, and the long ones need the rest to split. H200 (bench_mixed.py, 2026-12-02
-// 05:43 UTC, times relative within one build; docs/H200_DECODE_PARITY.md), skewed batches, the best budget: 2
-// an SM at 64 and 128 such blocks (Qwen2 B=16, 32; Llama-3 B=16 within 5%), 4 at 256 (Qwen2 B=64, Llama-3
-// B=32: 2 took them 2.2-2.3x longer), 8 at 512 (Llama-3 B=64: 4 took 1.5x longer); at equal lengths 2 an SM
-// cost 0-4% against the plan before (10% at Qwen2 B=8, 4k of a 16k bound) and 4 cost 6-17% at 4k keys (the
-// device then keeps one wave where it is as good: balanced_block).
+// under the rule DecodeOptions::balance_blocks_per_sm where given, else the rule's own: two an SM (the
+// 4-warp instance's residency) where a split of every entry takes up to one an SM, more where it takes more
+// (a power of two, at most kBalanceMaxBlocksPerSm): the short entries take a block each whatever their
+// length, and the long ones need the rest to split. H200 (bench_mixed.py, 2026-12-02 05:43 UTC, times
+// relative within one build; docs/H200_DECODE_PARITY.md), skewed batches, the best budget: 2 an SM at 64 and
+// 128 such blocks (Qwen2 B=16, 32; Llama-3 B=16 within 5%), 4 at 256 (Qwen2 B=64, Llama-3 B=32: 2 took them
+// 2.2-2.3x longer), 8 at 512 (Llama-3 B=64: 4 took 1.5x longer); at equal lengths 2 an SM cost 0-4% against
+// the plan before (10% at Qwen2 B=8, 4k of a 16k bound) and 4 cost 6-17% at 4k keys (the device then keeps
+// one wave where it is as good: balanced_block). Again at 08:37 UTC (budgets 2, 3, 4, 8 and 8 warps at 1,
+// same process): these budgets the best or within 1% on all six skewed rows; 3 an SM 14-35% slower where
+// the rule takes 2.
 int64_t budget_of(const DecodeAttentionParams& p, const Plan& plan) {
   if (options_of(p).balance > 0) return options_of(p).balance * plan.sms;
   if (options_of(p).balance_blocks_per_sm > 0) return options_of(p).balance_blocks_per_sm * plan.sms;
@@ -54,8 +57,8 @@ bool balance_wanted(const DecodeAttentionParams& p, const Plan& plan) {
   }
   if (o.balance > 0) return true;
   // kBalanceRule, the measured shapes (where plan_balanced lets the device choose, balance_skewed): per-slot
-  // GQA batches (2-16 rows a kv head, one M-tile, one row group) of two or more entries and kBalanceMinUnits or more blocks a split of every entry, under a bound of
-  // kBalanceMinBound keys or more, where an entry can get two splits or more. One row a kv head (MHA on the
+  // GQA batches (2-16 rows a kv head, one M-tile, one row group) of two or more entries and kBalanceMinUnits
+  // or more blocks a split of every entry, under a bound of kBalanceMinBound keys or more, where an entry can get two splits or more. One row a kv head (MHA on the
   // tensor-core kernel) and large groups (MQA) only when forced.
   const bool gqa = p.q_heads / p.kv_heads * p.q_len >= 2 && plan.mma_tiles == 1 && plan.row_groups == 1;
   return p.batch >= 2 && gqa && units_of(p, plan) >= kBalanceMinUnits &&
