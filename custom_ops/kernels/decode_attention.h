@@ -45,12 +45,19 @@ struct DecodeOptions {
   int64_t split_keys = 0;
   // Per-slot batches (cache_seqlens) on the tensor-core kernel: each entry's keys cut into splits by its own
   // length on the device, so that skewed lengths still fill the SMs (decode_attention_balance_cuda.cuh).
-  // 0 (the default): off; kBalanceRule (-1): the rule's shapes and budget (balance_wanted,
-  // decode_attention_balance_plan.h); n >= 1: wherever it applies, a grid of n blocks an SM that the splits
-  // fill. Off by default because the plan cannot see the lengths: on the H200 (merged tree, 2026-12-02) the
-  // rule made skewed batches 1.3-2.7x faster and equal-length ones 7-17% (4k keys) and 3-7% (16k) slower
-  // (docs/H200_DECODE_PARITY.md). A scheduler that knows its batch is skewed opts in.
+  // 0 (the default): off (the plain plan). kBalanceRule (-1): on the rule's shapes (balance_wanted,
+  // decode_attention_balance_plan.h) balanced splits; where the plain plan's grid is larger than the SMs, the
+  // grid holds both and its blocks choose from the batch's lengths (balance_skewed): skewed lengths the
+  // balanced splits, even ones the plain plan's. n >= 1: balanced wherever it applies, whatever the lengths, a
+  // grid of n blocks an SM that the splits fill. Off by default: on the H200 (2026-12-02, 08:37 UTC;
+  // docs/H200_DECODE_PARITY.md) the rule made skewed batches 1.2-2.7x faster, but equal lengths still cost
+  // 1-4% where the blocks chose the plain plan and 6-17% where the rule balances them (a plain grid of at most
+  // one block an SM, which a balanced grid cannot keep apart). A scheduler that knows its batch is skewed
+  // opts in.
   int balance = 0;
+  // > 0: the rule's budget, this many blocks an SM, instead of its choice by shape (budget_of in
+  // decode_attention_balance_plan.cc); a knob for measuring other budgets with the device's choice kept.
+  int balance_blocks_per_sm = 0;
 };
 
 // What split_keys must be a multiple of: every kernel's unit of keys (a tensor-core tile is at most 128).

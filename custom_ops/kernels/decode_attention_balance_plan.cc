@@ -13,16 +13,20 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t units_of(const DecodeAttentionParams& p, const Plan& plan) { return p.batch * p.kv_heads * plan.row_groups; }
 
 // The budget of blocks for the batch's splits (Plan::balance_blocks): DecodeOptions::balance blocks an SM, or
-// the rule's: two an SM (the 4-warp instance's residency) where a split of every entry takes up to one an SM,
-// more where it takes more (a power of two, at most kBalanceMaxBlocksPerSm): the short entries take a block
-// each whatever their length, and the long ones need the rest to split. H200 (bench_mixed.py, 2026-12-02
-// 05:43 UTC, times relative within one build; docs/H200_DECODE_PARITY.md), skewed batches, the best budget: 2
-// an SM at 64 and 128 such blocks (Qwen2 B=16, 32; Llama-3 B=16 within 5%), 4 at 256 (Qwen2 B=64, Llama-3
-// B=32: 2 took them 2.2-2.3x longer), 8 at 512 (Llama-3 B=64: 4 took 1.5x longer); at equal lengths 2 an SM
-// cost 0-4% against the plan before (10% at Qwen2 B=8, 4k of a 16k bound) and 4 cost 6-17% at 4k keys (the
-// device then keeps one wave where it is as good: balanced_block).
+// under the rule DecodeOptions::balance_blocks_per_sm where given, else the rule's own: two an SM (the
+// 4-warp instance's residency) where a split of every entry takes up to one an SM, more where it takes more
+// (a power of two, at most kBalanceMaxBlocksPerSm): the short entries take a block each whatever their
+// length, and the long ones need the rest to split. H200 (bench_mixed.py, 2026-12-02 05:43 UTC, times
+// relative within one build; docs/H200_DECODE_PARITY.md), skewed batches, the best budget: 2 an SM at 64 and
+// 128 such blocks (Qwen2 B=16, 32; Llama-3 B=16 within 5%), 4 at 256 (Qwen2 B=64, Llama-3 B=32: 2 took them
+// 2.2-2.3x longer), 8 at 512 (Llama-3 B=64: 4 took 1.5x longer); at equal lengths 2 an SM cost 0-4% against
+// the plan before (10% at Qwen2 B=8, 4k of a 16k bound) and 4 cost 6-17% at 4k keys (the device then keeps
+// one wave where it is as good: balanced_block). Again at 08:37 UTC (budgets 2, 3, 4, 8 and 8 warps at 1,
+// same process): these budgets the best or within 1% on all six skewed rows; 3 an SM 14-35% slower where
+// the rule takes 2.
 int64_t budget_of(const DecodeAttentionParams& p, const Plan& plan) {
   if (options_of(p).balance > 0) return options_of(p).balance * plan.sms;
+  if (options_of(p).balance_blocks_per_sm > 0) return options_of(p).balance_blocks_per_sm * plan.sms;
   int64_t per_sm = kBalanceBlocksPerSm;
   while (per_sm < kBalanceMaxBlocksPerSm && per_sm * plan.sms < 2 * units_of(p, plan)) per_sm *= 2;
   return per_sm * plan.sms;
@@ -52,16 +56,16 @@ bool balance_wanted(const DecodeAttentionParams& p, const Plan& plan) {
     return false;
   }
   if (o.balance > 0) return true;
-  // kBalanceRule, the measured shapes: per-slot GQA batches (2-16 rows a kv head, one M-tile, one row group) of
-  // two or more entries and kBalanceMinUnits or more blocks a split of every entry, under a bound of
-  // kBalanceMinBound keys or more, where an entry can get two splits or more. One row a kv head (MHA on the
+  // kBalanceRule, the measured shapes (where plan_balanced lets the device choose, balance_skewed): per-slot
+  // GQA batches (2-16 rows a kv head, one M-tile, one row group) of two or more entries and kBalanceMinUnits
+  // or more blocks a split of every entry, under a bound of kBalanceMinBound keys or more, where an entry can get two splits or more. One row a kv head (MHA on the
   // tensor-core kernel) and large groups (MQA) only when forced.
   const bool gqa = p.q_heads / p.kv_heads * p.q_len >= 2 && plan.mma_tiles == 1 && plan.row_groups == 1;
   return p.batch >= 2 && gqa && units_of(p, plan) >= kBalanceMinUnits &&
          p.kv_len >= kBalanceMinBound && depth_of(p, plan, min_units_of(p)) >= 2;
 }
 
-Status plan_balanced(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan) {
+Status plan_balanced(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, const Plan* plain, Plan* plan) {
   const DecodeOptions& o = options_of(p);
   plan->balance_min_units = min_units_of(p);
   plan->balance_blocks = budget_of(p, *plan);
@@ -76,7 +80,24 @@ Status plan_balanced(const DecodeAttentionParams& p, const KernelOccupancy& occu
   PVT_RETURN_IF_ERROR(check_mma_resident(p, *plan, occupancy));
   plan->balance_wave = plan->sms * occupancy.mma_resident[plan->mma_warps == 8 ? 1 : 0];
   plan->mma_sm_exclusive = false;
-  // The partials of up to `splits` splits a row, and the split size the blocks chose (for the merge).
+  // The rule: the plain plan's blocks too, where they are this instance's, and not where the plain plan
+  // keeps one block an SM (Plan::mma_sm_exclusive): a balanced grid of two an SM cannot keep its plain blocks
+  // apart, and the H200 paired them up. Equal lengths under a 16k bound, the blocks having chosen the plain
+  // plan (2026-12-02 08:37 UTC, docs/H200_DECODE_PARITY.md): 16-57% slower than the plain plan there (Llama-3
+  // 32/8 B=16 4k keys 104.6 against 66.5 us), balanced splits only 6-17% (76.1); where the plain grid is
+  // larger than the SMs (two an SM either way) 0.8-4.1%.
+  if (plain != nullptr && !plain->mma_sm_exclusive) {
+    if (plain->cluster || plain->mma_warps != plan->mma_warps || plain->mma_tiles != plan->mma_tiles) {
+      *plan = *plain;
+      plan->workspace_bytes = workspace_of(p, *plan);
+      return Status::Ok();
+    }
+    plan->balance_plain_splits = plain->splits;
+    plan->splits = std::max(plan->splits, plain->splits);
+    plan->balance_grid = std::max(plan->balance_grid, units_of(p, *plan) * plain->splits);
+  }
+  // The partials of up to `splits` splits a row, and the split size the blocks chose (for the merge; 0: the
+  // plain plan's splits).
   plan->workspace_bytes = plan->splits > 1 ? workspace_of(p, *plan) + 16 : 0;
   return Status::Ok();
 }

@@ -151,6 +151,10 @@ struct SplitCount {
   // > 0: balanced splits (Plan::balance_blocks; decode_attention_balance_cuda.cuh): n is the most an entry
   // gets, each entry's count and keys are found on the device within this budget of blocks.
   int32_t balance_blocks = 0, balance_min_units = 0, balance_wave = 0;
+  // > 0 (Plan::balance_plain_splits): the plain plan's count, which a balanced grid's blocks take instead where
+  // the lengths are even (balance_skewed), with its division (mul, shift as above).
+  int32_t plain_n = 0;
+  uint32_t plain_mul = 0, plain_shift = 0;
   SplitCount() = default;
   explicit SplitCount(int64_t count, int64_t fixed = 0) : n(count), fixed_keys(fixed) {
     if (count > 1) {
@@ -160,6 +164,19 @@ struct SplitCount {
                                   static_cast<uint64_t>(count));
       shift = l - 1;
     }
+  }
+  void set_plain(int64_t count) {  // host: plain_n and its division, from a SplitCount of that count
+    const SplitCount c(count);
+    plain_n = static_cast<int32_t>(count);
+    plain_mul = c.mul;
+    plain_shift = c.shift;
+  }
+  __host__ __device__ __forceinline__ SplitCount plain() const {  // the plain plan's count (plain_n > 0)
+    SplitCount c;
+    c.n = plain_n;
+    c.mul = plain_mul;
+    c.shift = plain_shift;
+    return c;
   }
   __host__ __device__ __forceinline__ uint32_t divide(uint32_t x) const {  // x / n, x < 2^31
 #ifdef __CUDA_ARCH__

@@ -217,6 +217,7 @@ Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream
   splits.balance_blocks = static_cast<int32_t>(plan.balance_blocks);
   splits.balance_min_units = static_cast<int32_t>(plan.balance_min_units);
   splits.balance_wave = static_cast<int32_t>(plan.balance_wave);
+  if (plan.balance_plain_splits > 0) splits.set_plain(plan.balance_plain_splits);
   const unsigned entries = static_cast<unsigned>(p.batch * p.kv_heads), grid_y = static_cast<unsigned>(plan.splits);
   Status s;
   if (plan.mma_rows) {

@@ -322,10 +322,11 @@ __global__ void __launch_bounds__(WARPS * 32)
   int64_t split = blockIdx.y, n_splits = splits.n, s_lo = 0, s_hi = 0;  // s_lo, s_hi: whole tiles of its keys
 
   wait_for_previous_grid();
+  [[maybe_unused]] bool plain_block = false;  // a balanced grid's block that took the plain grid's (the rule)
   if constexpr (BALANCED) {  // the block's work from the lengths (shared memory free until the tiles load)
     BalancedBlock w;
     if (!balanced_block(p, splits, row_groups, ws, reinterpret_cast<int64_t*>(smem), &w)) return;
-    eh = w.eh, rg = w.rg, split = w.split, n_splits = w.splits, s_lo = w.lo, s_hi = w.hi;
+    eh = w.eh, rg = w.rg, split = w.split, n_splits = w.splits, s_lo = w.lo, s_hi = w.hi, plain_block = w.plain;
     bi = eh / kvh, b = bi, hk = eh - bi * kvh;
   }
   const Entry e = entry_of(p, b);
@@ -333,6 +334,8 @@ __global__ void __launch_bounds__(WARPS * 32)
   if constexpr (!BALANCED) {  // (a split's last tile is partial only at the end)
     split_range<kMmaKeys, uint32_t>(e.n, split, splits, &s_lo, &s_hi);
     if (past_own_keys(splits, s_lo, s_hi)) return;  // the merge does not read it (own_splits)
+  } else if (plain_block) {  // as the plain grid's block: its keys from its entry's length, every split
+    split_range<kMmaKeys, uint32_t>(e.n, split, splits.plain(), &s_lo, &s_hi);
   }
 
   const T* kb = static_cast<const T*>(p.k) + e.kv_row * p.k_stride[1] + hk * p.k_stride[2];

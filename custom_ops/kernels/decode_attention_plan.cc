@@ -268,6 +268,29 @@ Status plan_fixed_splits(const DecodeAttentionParams& p, const KernelOccupancy& 
   return Status::Ok();
 }
 
+// The tensor-core kernel's plain grid (a block an (entry, kv head, row group) and split): its splits, warps
+// and cluster.
+Status plan_mma_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan) {
+  const DecodeOptions& o = options_of(p);
+  // One block per SM, not the 2 resident ones of the 4-warp kernel: on the H200 (GQA 32/8, fp16)
+  // that was as fast or faster on all 12 shapes of B x S, up to 9% (B = 1, S = 16k); fewer, longer
+  // blocks keep their tile pipeline full and leave half the partials to merge.
+  const bool two = o.mma_blocks_per_sm == 1 && two_row_tiles_per_sm(*plan, occupancy);  // 1: the default
+  plan_splits(p, plan, two ? 2 : std::max(1, o.mma_blocks_per_sm));
+  if (!o.no_cluster) {  // the cluster limit of the 8-warp instance where it runs here (it then gets 8 warps)
+    const int cw = occupancy.mma_resident[1] > 0 ? 1 : 0;
+    fill_cluster(p, plan, occupancy.mma_cluster_limit[cw], occupancy.mma_max_clusters[cw]);
+  }
+  plan->mma_warps = choose_mma_warps(p, *plan, occupancy);
+  const int w = plan->mma_warps == 8 ? 1 : 0;
+  PVT_RETURN_IF_ERROR(check_mma_resident(p, *plan, occupancy));
+  plan_cluster(p, plan, o.no_cluster ? 1 : occupancy.mma_cluster_limit[w], occupancy.mma_max_clusters[w]);
+  // No more blocks than SMs: one an SM, kept so by their shared memory. More (B=32: 256 blocks) run
+  // two an SM, as the 4-warp kernel's occupancy allows.
+  plan->mma_sm_exclusive = mma_one_block_an_sm(p, *plan);
+  return Status::Ok();
+}
+
 }  // namespace
 
 const DecodeOptions& options_of(const DecodeAttentionParams& p) {
@@ -282,10 +305,11 @@ Status check_options(const DecodeOptions& o) {
                       std::to_string(kSplitKeysUnit) + " and cannot be combined with splits; got split_keys " +
                       std::to_string(o.split_keys) + ", splits " + std::to_string(o.splits));
   }
-  if (o.balance < -1) {
+  if (o.balance < -1 || o.balance_blocks_per_sm < 0) {
     return Status(Code::kInvalidArgument,
-                  "decode_attention_cuda: options.balance must be 0 (off), -1 (the rule) or a number of blocks an SM >= 1; got " +
-                      std::to_string(o.balance));
+                  "decode_attention_cuda: options.balance must be 0 (off), -1 (the rule) or a number of blocks an SM >= 1 "
+                  "and options.balance_blocks_per_sm >= 0; got " + std::to_string(o.balance) + ", " +
+                      std::to_string(o.balance_blocks_per_sm));
   }
   const int t = o.mma_row_tiles, rw = o.mma_row_warps;
   if (rw != 0 && rw != -1 && rw != 2 && rw != 4 && rw != 8) {
@@ -384,24 +408,12 @@ Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupanc
     }
     plan->mma_sm_exclusive = mma_one_block_an_sm(p, *plan);
   } else if (balance_wanted(p, *plan)) {
-    return plan_balanced(p, occupancy, plan);
+    // Under the rule the blocks may take the plain plan instead, from the lengths (balance_skewed).
+    Plan plain = *plan;
+    if (o.balance == kBalanceRule) PVT_RETURN_IF_ERROR(plan_mma_grid(p, occupancy, &plain));
+    return plan_balanced(p, occupancy, o.balance == kBalanceRule ? &plain : nullptr, plan);
   } else if (plan->mma_kernel) {
-    // One block per SM, not the 2 resident ones of the 4-warp kernel: on the H200 (GQA 32/8, fp16)
-    // that was as fast or faster on all 12 shapes of B x S, up to 9% (B = 1, S = 16k); fewer, longer
-    // blocks keep their tile pipeline full and leave half the partials to merge.
-    const bool two = o.mma_blocks_per_sm == 1 && two_row_tiles_per_sm(*plan, occupancy);  // 1: the default
-    plan_splits(p, plan, two ? 2 : std::max(1, o.mma_blocks_per_sm));
-    if (!o.no_cluster) {  // the cluster limit of the 8-warp instance where it runs here (it then gets 8 warps)
-      const int cw = occupancy.mma_resident[1] > 0 ? 1 : 0;
-      fill_cluster(p, plan, occupancy.mma_cluster_limit[cw], occupancy.mma_max_clusters[cw]);
-    }
-    plan->mma_warps = choose_mma_warps(p, *plan, occupancy);
-    const int w = plan->mma_warps == 8 ? 1 : 0;
-    PVT_RETURN_IF_ERROR(check_mma_resident(p, *plan, occupancy));
-    plan_cluster(p, plan, o.no_cluster ? 1 : occupancy.mma_cluster_limit[w], occupancy.mma_max_clusters[w]);
-    // No more blocks than SMs: one an SM, kept so by their shared memory. More (B=32: 256 blocks) run
-    // two an SM, as the 4-warp kernel's occupancy allows.
-    plan->mma_sm_exclusive = mma_one_block_an_sm(p, *plan);
+    PVT_RETURN_IF_ERROR(plan_mma_grid(p, occupancy, plan));
   } else {
     plan_splits(p, plan, occupancy.resident);
     // The one-row kernel, unmasked and not forced: the fewest steps a block (balance_splits).

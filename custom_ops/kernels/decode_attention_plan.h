@@ -141,6 +141,9 @@ struct Plan {
   int64_t balance_grid = 0;    // ... blocks launched (those past the batch's splits leave at once)
   int64_t balance_min_units = 0;  // ... the shortest split, in kSplitKeysUnit keys
   int64_t balance_wave = 0;    // ... the blocks resident at once (one wave), preferred where as good
+  int64_t balance_plain_splits = 0;  // ... > 0 (the rule): the splits of the plain plan, which the blocks take
+                                    // instead where the lengths are even (balance_skewed): the grid and the
+                                    // workspace hold both
   int64_t rows_total = 0;      // B * Hq * Tq: rows of the workspace
   bool rows_kernel = false;    // decode_attention_rows_kernel: K/V tiles in shared memory, a row per warp
   bool mma_kernel = false;     // decode_attention_mma_kernel: the rows of a kv head on tensor cores

@@ -7,12 +7,19 @@ lengths seeded: a quarter of the slots long (8k-16k keys), the rest short (256-2
 holds 16k + 64 keys a slot (its capacity: the plan's bound). Cold L2 as in bench_families.py (copies read
 in turn where the read bytes are under 3 x L2), CUDA-graph replay, best of --reps.
   ours_slot    decode_attention_cuda over the per-slot cache with cache_seqlens (default options: balanced off)
-  ours_off     the same, options set explicitly to the default (DecodeOptions::balance = 0)
-  ours_rule    the same with balanced splits by the rule (DecodeOptions::balance = -1, kBalanceRule)
+  ours_off     the same, options set explicitly to the default (DecodeOptions::balance = 0): the plain plan
+  ours_rule    the same with balanced splits by the rule (DecodeOptions::balance = -1, kBalanceRule: on its
+               shapes balanced splits, and where the plain grid is larger than the SMs a grid that holds the
+               plain plan too, its blocks choosing by the lengths)
+  chose_<v>    which grid a balanced grid's blocks took (the split size they left in the workspace; plain: 0)
   ours_sk<K>   the same with fixed splits of K keys from key 0 (--split-keys K,...; DecodeOptions::split_keys):
                an entry's own length then sets how many of its blocks do work, on the device
   ours_bal<N>  the same with balanced splits forced, a budget of N blocks an SM (--balance N,...;
                DecodeOptions::balance): each entry's keys cut by its own length on the device
+  ours_bal<N>w8  the same with blocks of 8 warps (--balance-w8 N,...; DecodeOptions::mma_warps = 8: one
+               block an SM resident, so a budget of N an SM runs in N waves)
+  ours_rule<N> the default (the rule, the device choosing) with a budget of N blocks an SM (--rule-blocks N,...;
+               DecodeOptions::balance_blocks_per_sm) instead of the rule's own by shape
   sdpa_<be>    SDPA (cudnn, flash) over K/V padded to the batch's longest slot, no mask: a timing
                yardstick only (it reads and computes the padding, as a padded batch does)
 read GB/s: bytes of K+V in the slots' own lengths / time; % of copy: against a 1 GiB device-to-device copy
@@ -21,7 +28,7 @@ read GB/s: bytes of K+V in the slots' own lengths / time; % of copy: against a 1
 at the batches of --uniform-batches (default 16,32,64). --capi: the kernels from build/spec_capi/libpvt_spec.so
 (spec_capi_build.sh, built without a GPU and carried: nothing compiled here) instead of the extension.
 Usage: python3 tests/gpu/bench_mixed.py OUT.json [--reps N] [--split-keys K1,...] [--balance N1,...]
-       [--uniform N1,...] [--uniform-batches B1,...] [--capi]
+       [--balance-w8 N1,...] [--rule-blocks N1,...] [--uniform N1,...] [--uniform-batches B1,...] [--capi]
 """
 import json
 import random
@@ -66,16 +73,19 @@ def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, variants, uniform=None):
         vl.append(torch.randn(B, SMAX, hkv, D, device="cuda", dtype=dt).transpose(0, 1))
     out = {"ours_slot": torch.empty(B, 1, hq, D, device="cuda", dtype=dt)}
     rot = Rotation(n)
-    fns = {}
+    fns, chosen = {}, {}
     for name, opts in [("ours_slot", {})] + variants:  # each planned (and captured) under its options
         out.setdefault(name, torch.empty(B, 1, hq, D, device="cuda", dtype=dt))
         ext.set_decode_options(**opts)
         pl = ext.plan(qo, kl[0], vl[0], out[name], SMAX, seqlens)
         r["plan_" + name] = (f"{pl['kernel']} t{pl['mma_tiles']} w{pl['mma_warps']} s{pl['splits']}"
                              + (" cl" if pl["cluster"] else "")
-                             + (f" bal{pl['balance_grid']}" if pl.get("balance_grid") else ""))
+                             + (f" bal{pl['balance_grid']}" if pl.get("balance_grid") else "")
+                             + (f" plain{pl['balance_plain_splits']}" if pl.get("balance_plain_splits") else ""))
         ws = torch.empty(max(1, ext.workspace_bytes(qo, kl[0], vl[0], out[name], SMAX, seqlens)), dtype=torch.uint8,
                          device="cuda")
+        if pl.get("balance_grid") and pl["splits"] > 1:  # the split size the blocks leave after the partials
+            chosen[name] = (ws, pl["splits"] * B * hq * (D + 2) * 4)
         ext.set_decode_options()
         fns[name] = knob_call(ext, opts, lambda o=out[name], w=ws: ext.attention(
             qo, kl[rot.next()], vl[rot.turn], o, SMAX, w, seqlens))
@@ -88,6 +98,9 @@ def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, variants, uniform=None):
     best = best_replay(graphs, reps, iters)
     for name in graphs:
         r[name + "_us"] = round(best[name], 2)
+    for name, (ws, at) in chosen.items():  # which grid the blocks took: 0 the plain plan, else the split size
+        c = int(ws[at:at + 4].view(torch.int32).item())
+        r["chose_" + name] = "plain" if c == 0 else f"balanced {c * 128} keys"
     for name in out:  # every variant's last call read the same copy: its output against the plan before balancing
         if name != "ours_off" and "ours_off" in out:
             r["maxdiff_" + name] = float((out[name].float() - out["ours_off"].float()).abs().max())
@@ -113,8 +126,11 @@ def ints(flag):
 def main():
     out_path = sys.argv[1]
     reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
-    variants = ([("ours_off", {"balance": 0}), ("ours_rule", {"balance": -1})] + [(f"ours_sk{k}", {"split_keys": k}) for k in ints("--split-keys")]
-                + [(f"ours_bal{n}", {"balance": n}) for n in ints("--balance")])
+    variants = ([("ours_off", {"balance": 0}), ("ours_rule", {"balance": -1})]
+                + [(f"ours_sk{k}", {"split_keys": k}) for k in ints("--split-keys")]
+                + [(f"ours_bal{n}", {"balance": n}) for n in ints("--balance")]
+                + [(f"ours_bal{n}w8", {"balance": n, "mma_warps": 8}) for n in ints("--balance-w8")]
+                + [(f"ours_rule{n}", {"balance": -1, "balance_blocks_per_sm": n}) for n in ints("--rule-blocks")])
     uniform, uniform_batches = ints("--uniform"), ints("--uniform-batches") or [16, 32, 64]
     if "--capi" in sys.argv:
         from pvt_capi import CApi

@@ -53,7 +53,7 @@ pvt::DecodeOptions g_options;
 
 void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_warps, bool no_pdl, bool no_cluster,
                         int64_t mma_blocks_per_sm, int64_t mma_row_tiles, int64_t split_keys, int64_t balance,
-                        int64_t mma_row_warps) {
+                        int64_t mma_row_warps, int64_t balance_blocks_per_sm) {
   pvt::DecodeOptions o;
   o.splits = splits;
   o.no_mma = no_mma;
@@ -66,6 +66,7 @@ void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_w
   o.split_keys = split_keys;
   o.balance = static_cast<int>(balance);
   o.mma_row_warps = static_cast<int>(mma_row_warps);
+  o.balance_blocks_per_sm = static_cast<int>(balance_blocks_per_sm);
   check(pvt::decode_plan::check_options(o));
   g_options = o;
 }
@@ -83,6 +84,7 @@ pybind11::dict decode_options() {
   d["split_keys"] = g_options.split_keys;
   d["balance"] = g_options.balance;
   d["mma_row_warps"] = g_options.mma_row_warps;
+  d["balance_blocks_per_sm"] = g_options.balance_blocks_per_sm;
   return d;
 }
 
@@ -192,6 +194,7 @@ pybind11::dict plan(const torch::Tensor& q, const torch::Tensor& k, const torch:
   d["splits"] = pl.splits;
   d["cluster"] = pl.cluster;
   d["balance_grid"] = pl.balance_grid;
+  d["balance_plain_splits"] = pl.balance_plain_splits;
   d["workspace_bytes"] = pl.workspace_bytes;
   return d;
 }
@@ -427,6 +430,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("no_cluster") = defaults.no_cluster, pybind11::arg("mma_blocks_per_sm") = defaults.mma_blocks_per_sm,
         pybind11::arg("mma_row_tiles") = defaults.mma_row_tiles,
         pybind11::arg("split_keys") = defaults.split_keys, pybind11::arg("balance") = defaults.balance,
-        pybind11::arg("mma_row_warps") = defaults.mma_row_warps);
+        pybind11::arg("mma_row_warps") = defaults.mma_row_warps,
+        pybind11::arg("balance_blocks_per_sm") = defaults.balance_blocks_per_sm);
   m.def("decode_options", &decode_options);
 }

@@ -79,7 +79,7 @@ int64_t pvt_capi_mapped_bytes_total(int device) {
 }
 
 // ints: splits, no_mma, mma_mha, mma_warps, no_pdl, no_cluster, mma_blocks_per_sm, split_keys, mma_row_tiles,
-// balance (pvt::DecodeOptions).
+// balance, balance_blocks_per_sm (pvt::DecodeOptions).
 int pvt_capi_set_decode_options(const int64_t* ints) {
   pvt::DecodeOptions o;
   o.splits = ints[0];
@@ -92,6 +92,7 @@ int pvt_capi_set_decode_options(const int64_t* ints) {
   o.split_keys = ints[7];
   o.mma_row_tiles = static_cast<int>(ints[8]);
   o.balance = static_cast<int>(ints[9]);
+  o.balance_blocks_per_sm = static_cast<int>(ints[10]);
   const pvt::Status s = pvt::decode_plan::check_options(o);
   if (!s.ok()) return status(s);
   g_options = o;
@@ -108,7 +109,8 @@ int pvt_capi_attention_workspace(const int64_t* dims, void* const* ptrs, const i
 }
 
 // The plan attention would launch (pvt_torch's plan): out = mma kernel, rows kernel, M-tiles, warps, splits,
-// cluster, balanced grid (0: not balanced), workspace bytes.
+// cluster, balanced grid (0: not balanced), workspace bytes, the plain plan's splits the balanced grid holds
+// (0: none; the rule, the device choosing). `out`: 9 values.
 int pvt_capi_plan(const int64_t* dims, void* const* ptrs, const int64_t* strides, int64_t* out) {
   auto p = attention_params(dims, ptrs, strides);
   p.options = &g_options;
@@ -116,8 +118,9 @@ int pvt_capi_plan(const int64_t* dims, void* const* ptrs, const int64_t* strides
   const pvt::Status s = pvt::decode_attention_cuda_plan(p, &pl);
   if (!s.ok()) return status(s);
   const int64_t v[] = {pl.mma_kernel,  pl.rows_kernel, pl.mma_tiles,    pl.mma_warps,
-                       pl.splits,      pl.cluster,     pl.balance_grid, static_cast<int64_t>(pl.workspace_bytes)};
-  std::copy(v, v + 8, out);
+                       pl.splits,      pl.cluster,     pl.balance_grid, static_cast<int64_t>(pl.workspace_bytes),
+                       pl.balance_plain_splits};
+  std::copy(v, v + 9, out);
   return 0;
 }
 

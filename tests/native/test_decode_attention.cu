@@ -420,6 +420,8 @@ struct VarlenCase {
   int row_tiles = 0;              // DecodeOptions::mma_row_tiles for this case (0: the plan's)
   int row_warps = 0;              // DecodeOptions::mma_row_warps for this case (0: the plan's)
   int want_balanced = -1;         // 1 / 0: the plan must (not) be balanced (Plan::balance_blocks); -1: either
+  int want_choice = -1;           // 1 / 0: a balanced grid's blocks must take balanced splits / the plain plan
+                                  // (the split size they leave after the partials; 0: plain); -1: unchecked
 };
 
 void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t stream) {
@@ -526,8 +528,8 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
   DevBuf ws(wsb);
   p.workspace = wsb ? ws.ptr : nullptr;
   p.workspace_bytes = wsb;
-  if (c.want_balanced >= 0) {
-    decode_plan::Plan plan;
+  decode_plan::Plan plan;
+  if (c.want_balanced >= 0 || c.want_choice >= 0) {
     if (!r.ok(decode_attention_cuda_plan(p, &plan), c.name + ".plan")) return;
     if (!r.check((plan.balance_blocks > 0) == (c.want_balanced == 1), c.name + ".balanced_plan",
                  "balance_blocks " + std::to_string(plan.balance_blocks))) {
@@ -543,6 +545,15 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
   cudaMemcpy(got.data(), dout.ptr, got.size(), cudaMemcpyDeviceToHost);
   cudaMemcpy(got_lse.data(), dlse.ptr, got_lse.size() * 4, cudaMemcpyDeviceToHost);
   cudaMemcpy(&flag, dflag.ptr, 4, cudaMemcpyDeviceToHost);
+  if (c.want_choice >= 0) {  // the split size after the partials (decode_attention_cuda.cu), written by block 0
+    int32_t chunk = -1;
+    const size_t at = static_cast<size_t>(plan.splits * plan.rows_total * (c.D + 2)) * sizeof(float);
+    const bool held = plan.balance_blocks > 0 && plan.splits > 1 && at + 4 <= wsb;
+    if (held) cudaMemcpy(&chunk, static_cast<char*>(ws.ptr) + at, 4, cudaMemcpyDeviceToHost);
+    r.check(held && (chunk > 0) == (c.want_choice == 1) && chunk >= 0, c.name + ".device_choice",
+            "split size " + std::to_string(chunk) + " (0: the plain plan), plain splits " +
+                std::to_string(plan.balance_plain_splits));
+  }
 
   float worst = 0.f, ref_mag = 0.f;
   for (int64_t i = 0; i < q_n; ++i) {
@@ -643,7 +654,40 @@ VarlenCase skewed(std::mt19937& rng, const std::string& name, int64_t slots, int
   return c;
 }
 
+// The device's choice under the rule (kBalanceRule): shapes the rule balances (per-slot GQA, 64 or more blocks
+// a split, a bound of 8192 keys) whose plain grid (one split: 136 entries x kv heads) is larger than the SMs,
+// so that the grid holds the plain plan too, with lengths even (the blocks must take the plain plan) and skewed
+// (balanced splits); and where the plain grid would keep one block an SM (16 x 4, 8 x 8: 2 splits each), which
+// the rule balances whatever the lengths. Against the host kernel, and which grid the blocks took.
+VarlenCase chosen(std::mt19937& rng, const std::string& name, int64_t slots, int64_t Hq, int64_t Hkv, int64_t D,
+                  ScalarType dt, bool skew, bool plain_held = true) {
+  const int64_t Smax = 8192;
+  VarlenCase c{name, slots, Smax, Hq, Hkv, D, dt, {}, {}, {}, 1, Smax, {}, true};
+  std::uniform_int_distribution<int32_t> even(1400, 1500), shortlen(1, 600), longlen(5000, 8000);
+  for (int64_t b = 0; b < slots; ++b) {
+    c.seqlens.push_back(!skew ? even(rng) : b % 4 == 1 ? longlen(rng) : shortlen(rng));
+    c.slot_of.push_back(static_cast<int32_t>(slots - 1 - b));
+    c.q_counts.push_back(1);
+  }
+  c.want_balanced = 1;
+  c.want_choice = skew || !plain_held ? 1 : 0;
+  return c;
+}
+
 void test_balanced(Report& r, std::mt19937& rng, cudaStream_t stream) {
+  g_options = DecodeOptions{};
+  g_options.balance = kBalanceRule;  // the rule, the device choosing
+  for (bool skew : {false, true}) {
+    const std::string how = skew ? "balanced.choice.skewed." : "balanced.choice.even.";
+    const ScalarType f16 = ScalarType::kFloat16, bf16 = ScalarType::kBFloat16;
+    for (VarlenCase c : {chosen(rng, how + "qwen28_4.b34.d128.fp16", 34, 28, 4, 128, f16, skew),
+                         chosen(rng, how + "llama32_8.b17.d128.bf16", 17, 32, 8, 128, bf16, skew),
+                         chosen(rng, how + "gqa32_8.b17.d64.fp16", 17, 32, 8, 64, f16, skew),
+                         chosen(rng, how + "no_plain.qwen28_4.b16.d128.fp16", 16, 28, 4, 128, f16, skew, false),
+                         chosen(rng, how + "no_plain.llama32_8.b8.d128.bf16", 8, 32, 8, 128, bf16, skew, false)}) {
+      run_varlen(r, c, rng, stream);
+    }
+  }
   const ScalarType f16 = ScalarType::kFloat16, bf16 = ScalarType::kBFloat16;
   std::vector<VarlenCase> cs = {
       skewed(rng, "qwen28_4.d128.fp16", 29, 4100, 28, 4, 128, f16, 1),

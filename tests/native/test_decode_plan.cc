@@ -13,6 +13,7 @@
 #include <string>
 
 #include "harness.h"
+#include "kernels/decode_attention_balance_plan.h"
 #include "kernels/decode_attention_plan.h"
 
 using namespace pvt;
@@ -189,6 +190,10 @@ DecodeOptions options_for(const Case& c) {
   if (n == "split_keys") o.split_keys = c.value;
   if (n == "balance") o.balance = static_cast<int>(c.value);
   if (n == "mma_row_warps") o.mma_row_warps = static_cast<int>(c.value);
+  if (n == "balance_blocks_per_sm") {  // the rule's budget: under the rule
+    o.balance = kBalanceRule;
+    o.balance_blocks_per_sm = static_cast<int>(c.value);
+  }
   return o;
 }
 
@@ -405,36 +410,44 @@ void test_split_keys(Report& r) {
 // 2..kBalanceMaxBatch entries and kBalanceMinUnits or more blocks a split under a bound of kBalanceMinBound
 // keys or more where an entry can get two splits, when DecodeOptions::balance is kBalanceRule; forced by
 // balance >= 1 wherever they apply, MQA and MHA too; never by default (0), with split_keys or forced splits),
-// and the budget (2, 4, 8 blocks an SM as a split of every entry takes up to 1, 2, 4 an SM), grid, depth and workspace on the 132-SM device.
+// the budget (2, 4, 8 blocks an SM as a split of every entry takes up to 1, 2, 4 an SM), grid, depth and
+// workspace on the 132-SM device, and under the rule the plain plan the grid holds too where that plan's grid
+// is larger than the SMs (its splits as the plain plan has them with balance 0: the grid covers its blocks
+// and the workspace its partials; none where the plain plan keeps one block an SM); the rule's budget given
+// by DecodeOptions::balance_blocks_per_sm.
 void test_balance(Report& r) {
   struct Want { const char* name; int64_t B, S, Hq, Hkv, D, Tq; int slot; const char* option; int64_t value;
-                int64_t budget, grid, depth; };  // budget 0: not balanced
+                int64_t budget, grid, depth, plain; };  // budget 0: not balanced; plain: balance_plain_splits
   const Want wants[] = {
-      {"qwen2_b16_16k", 16, 16448, 28, 4, 128, 1, 1, "balance", -1, 264, 264, 33},
-      {"llama3_b32_16k", 32, 16448, 32, 8, 128, 1, 1, "balance", -1, 528, 528, 33},
-      {"llama3_b64_16k", 64, 16448, 32, 8, 128, 1, 1, "balance", -1, 1056, 1056, 33},
-      {"llama3_b64_16k_budget4", 64, 16448, 32, 8, 128, 1, 1, "balance", 4, 528, 528, 3},
-      {"llama3_b32_4k_budget2", 32, 4096, 32, 8, 128, 1, 1, "balance", 2, 264, 264, 2},
-      {"causal_tq4_b8_8k", 8, 8192, 32, 8, 128, 4, 1, "balance", -1, 264, 264, 16},
-      {"falcon71_b64_32k_forced", 64, 32768, 71, 1, 64, 1, 1, "balance", 4, 528, 528, 42},
-      {"b1_forced", 1, 8192, 32, 8, 128, 1, 1, "balance", 4, 528, 528, 16},
-      {"b256_forced_one_split_each", 256, 4096, 32, 8, 128, 1, 1, "balance", 4, 528, 2048, 1},
-      {"s1k_forced", 8, 1024, 32, 8, 128, 1, 1, "balance", 1, 132, 132, 2},
-      {"mha_mma_forced", 8, 4096, 32, 32, 128, 1, 1, "balance", 2, 264, 264, 1},
-      {"falcon71_b64_32k_rule", 64, 32768, 71, 1, 64, 1, 1, "balance", -1, 0, 0, 0},
-      {"mha_mma_rule", 8, 4096, 32, 32, 128, 1, 1, "balance", -1, 0, 0, 0},
-      {"llama3_b4_16k_rule", 4, 16448, 32, 8, 128, 1, 1, "balance", -1, 0, 0, 0},
-      {"llama3_b8_4k_rule", 8, 4096, 32, 8, 128, 1, 1, "balance", -1, 0, 0, 0},
-      {"b1_rule", 1, 8192, 32, 8, 128, 1, 1, "balance", -1, 0, 0, 0},
-      {"b256_rule", 256, 16448, 32, 8, 128, 1, 1, "balance", -1, 0, 0, 0},
-      {"b257_forced", 257, 4096, 32, 8, 128, 1, 1, "balance", 4, 0, 0, 0},
-      {"seq_major", 16, 16448, 28, 4, 128, 1, 0, "balance", 4, 0, 0, 0},
-      {"mha_one_row", 16, 16448, 32, 32, 128, 1, 1, "balance", 4, 0, 0, 0},
-      {"off", 16, 16448, 28, 4, 128, 1, 1, "balance", 0, 0, 0, 0},
-      {"default_off", 16, 16448, 28, 4, 128, 1, 1, "", 0, 0, 0, 0},
-      {"default_off_b64", 64, 16448, 32, 8, 128, 1, 1, "", 0, 0, 0, 0},
-      {"split_keys", 16, 16448, 28, 4, 128, 1, 1, "split_keys", 2048, 0, 0, 0},
-      {"splits", 16, 16448, 28, 4, 128, 1, 1, "splits", 4, 0, 0, 0},
+      {"qwen2_b16_16k", 16, 16448, 28, 4, 128, 1, 1, "balance", -1, 264, 264, 33, 0},  // plain: 128 blocks
+      {"qwen2_b34_16k", 34, 16448, 28, 4, 128, 1, 1, "balance", -1, 528, 528, 33, 1},  // plain: 136 blocks
+      {"llama3_b32_16k", 32, 16448, 32, 8, 128, 1, 1, "balance", -1, 528, 528, 33, 1},
+      {"llama3_b64_16k", 64, 16448, 32, 8, 128, 1, 1, "balance", -1, 1056, 1056, 33, 1},
+      {"llama3_b64_16k_budget4", 64, 16448, 32, 8, 128, 1, 1, "balance", 4, 528, 528, 3, 0},
+      {"llama3_b32_4k_budget2", 32, 4096, 32, 8, 128, 1, 1, "balance", 2, 264, 264, 2, 0},
+      {"causal_tq4_b8_8k", 8, 8192, 32, 8, 128, 4, 1, "balance", -1, 264, 264, 16, 0},
+      {"falcon71_b64_32k_forced", 64, 32768, 71, 1, 64, 1, 1, "balance", 4, 528, 528, 42, 0},
+      {"b1_forced", 1, 8192, 32, 8, 128, 1, 1, "balance", 4, 528, 528, 16, 0},
+      {"b256_forced_one_split_each", 256, 4096, 32, 8, 128, 1, 1, "balance", 4, 528, 2048, 1, 0},
+      {"s1k_forced", 8, 1024, 32, 8, 128, 1, 1, "balance", 1, 132, 132, 2, 0},
+      {"mha_mma_forced", 8, 4096, 32, 32, 128, 1, 1, "balance", 2, 264, 264, 1, 0},
+      {"falcon71_b64_32k_rule", 64, 32768, 71, 1, 64, 1, 1, "balance", -1, 0, 0, 0, 0},
+      {"mha_mma_rule", 8, 4096, 32, 32, 128, 1, 1, "balance", -1, 0, 0, 0, 0},
+      {"llama3_b4_16k_rule", 4, 16448, 32, 8, 128, 1, 1, "balance", -1, 0, 0, 0, 0},
+      {"llama3_b8_4k_rule", 8, 4096, 32, 8, 128, 1, 1, "balance", -1, 0, 0, 0, 0},
+      {"b1_rule", 1, 8192, 32, 8, 128, 1, 1, "balance", -1, 0, 0, 0, 0},
+      {"b256_rule", 256, 16448, 32, 8, 128, 1, 1, "balance", -1, 0, 0, 0, 0},
+      {"b257_forced", 257, 4096, 32, 8, 128, 1, 1, "balance", 4, 0, 0, 0, 0},
+      {"seq_major", 16, 16448, 28, 4, 128, 1, 0, "balance", 4, 0, 0, 0, 0},
+      {"mha_one_row", 16, 16448, 32, 32, 128, 1, 1, "balance", 4, 0, 0, 0, 0},
+      {"off", 16, 16448, 28, 4, 128, 1, 1, "balance", 0, 0, 0, 0, 0},
+      {"default_off", 16, 16448, 28, 4, 128, 1, 1, "", 0, 0, 0, 0, 0},
+      {"default_off_b64", 64, 16448, 32, 8, 128, 1, 1, "", 0, 0, 0, 0, 0},
+      {"rule_budget4", 64, 16448, 32, 8, 128, 1, 1, "balance_blocks_per_sm", 4, 528, 528, 3, 1},
+      {"rule_budget3_b32", 32, 16448, 32, 8, 128, 1, 1, "balance_blocks_per_sm", 3, 396, 396, 18, 1},
+      {"rule_budget1_b64_one_split", 64, 16448, 32, 8, 128, 1, 1, "balance_blocks_per_sm", 1, 0, 0, 0, 0},
+      {"split_keys", 16, 16448, 28, 4, 128, 1, 1, "split_keys", 2048, 0, 0, 0, 0},
+      {"splits", 16, 16448, 28, 4, 128, 1, 1, "splits", 4, 0, 0, 0, 0},
   };
   for (const Want& w : wants) {
     const Case c{w.name, 1, w.B, w.S, w.Hq, w.Hkv, w.D, w.Tq, w.slot, 0, 0, w.option, w.value, {}, 1};
@@ -443,6 +456,7 @@ void test_balance(Report& r) {
     Plan plan;
     if (!r.ok(plan_case(c, c.option[0] ? &o : nullptr, &plan), n + ".plan")) continue;
     r.eq(plan.balance_blocks, w.budget, n + ".budget");
+    r.eq(plan.balance_plain_splits, w.plain, n + ".plain_splits");
     if (w.budget == 0) continue;
     r.eq(plan.balance_grid, w.grid, n + ".grid");
     r.eq(plan.splits, w.depth, n + ".depth");
@@ -452,10 +466,37 @@ void test_balance(Report& r) {
     r.eq(plan.balance_wave, plan.mma_warps == 8 ? 132 : 264, n + ".wave");  // the instance's residency x SMs
     const size_t partials = static_cast<size_t>(w.depth * w.B * w.Hq * w.Tq * (w.D + 2) * 4);
     r.eq(plan.workspace_bytes, w.depth > 1 ? partials + 16 : size_t{0}, n + ".workspace_bytes");
+    if (w.plain == 0) continue;
+    // The plain plan it holds: the one balance 0 makes (its splits, warps, no cluster), inside the grid.
+    DecodeOptions off = o;
+    off.balance = 0;
+    Plan plain;
+    if (!r.ok(plan_case(c, &off, &plain), n + ".plain_plan")) continue;
+    r.eq(plain.splits, w.plain, n + ".plain_plan_splits");
+    r.eq(plain.mma_warps, plan.mma_warps, n + ".plain_plan_warps");
+    r.eq(plain.cluster, false, n + ".plain_plan_no_cluster");
+    r.check(plan.balance_grid >= w.B * w.Hkv * plan.row_groups * w.plain && plan.splits >= w.plain,
+            n + ".holds_plain", "grid " + std::to_string(plan.balance_grid));
+  }
+  // The device's choice (balance_skewed), in kSplitKeysUnit units: the plain plan up to a longest entry of
+  // 5/4 of the mean, balanced splits past it; empty entries count in the mean.
+  struct Choice { const char* name; uint32_t most; uint64_t total; uint32_t entries; bool skewed; };
+  const Choice choices[] = {
+      {"equal_4k", 32, 32 * 16, 16, false},         {"equal_16k_b64", 128, 128 * 64, 64, false},
+      {"at_five_fourths", 40, 32 * 16, 16, false},  {"past_five_fourths", 41, 32 * 16, 16, true},
+      {"qwen2_b16_skewed", 124, 488, 16, true},     {"one_long_rest_empty", 1, 1, 2, true},
+      {"all_empty", 0, 0, 16, false},               {"b256_equal_64k", 512, 512u * 256u, 256, false},
+  };
+  for (const Choice& c : choices) {
+    r.eq(balance_skewed(c.most, c.total, c.entries), c.skewed, std::string("balance.skewed.") + c.name);
   }
   DecodeOptions o;
   o.balance = -2;
   r.code(check_options(o), Code::kInvalidArgument, "balance.below_minus_one");
+  o.balance = kBalanceRule;
+  o.balance_blocks_per_sm = -1;
+  r.code(check_options(o), Code::kInvalidArgument, "balance.negative_blocks_per_sm");
+  o.balance_blocks_per_sm = 0;
   o.balance = 4;  // balanced grids are the key-slice kernel's: forcing the row-owning kernel too is refused
   o.mma_row_warps = 4;
   r.code(check_options(o), Code::kInvalidArgument, "balance.with_forced_row_warps");
