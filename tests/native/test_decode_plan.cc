@@ -14,6 +14,7 @@
 
 #include "harness.h"
 #include "kernels/decode_attention_plan.h"
+#include "kernels/kv_quant_attention_plan.h"
 
 using namespace pvt;
 using namespace pvt::decode_plan;
@@ -464,6 +465,42 @@ void test_balance(Report& r) {
 
 }
 
+// The 8-bit tensor-core plan (kv_quant_attention_plan.h) on the 132-SM device, 32 query heads at head_dim
+// 128 (a block takes a kv head's 1 or 4 query heads: blocks a split = B x Hkv): block shape and split
+// count, the values worked out by hand from the rules' comments (docs/QUANTIZED_CACHE.md's H200 runs).
+void test_quant_plan(Report& r) {
+  using namespace pvt::quant_plan;
+  struct Want { const char* name; int64_t blocks, kv_len; int warps, warp_keys; };
+  const Want wants[] = {
+      {"gqa_b1_4k", 8, 4096, 4, 32},     // one block an SM, 4 warps: 32 keys a warp
+      {"gqa_b1_8k", 8, 8192, 8, 16},     // 8 warps from 8k keys (4 tiles of 128 a split)
+      {"gqa_b1_64k", 8, 65536, 8, 16},
+      {"mha_b1_4k", 32, 4096, 4, 16},    // 32 blocks a split: 3 an SM
+      {"mha_b1_64k", 32, 65536, 4, 16},
+      {"gqa_b8_4k", 64, 4096, 4, 16},
+      {"gqa_b32_32k", 256, 32768, 4, 16},
+  };
+  for (const Want& w : wants) {
+    const std::string n = std::string("quant_plan.") + w.name;
+    const int warps = choose_mma_warps(w.blocks, w.kv_len, 132);
+    r.eq(warps, w.warps, n + ".warps");
+    r.eq(choose_mma_warp_keys(w.blocks, w.kv_len, 132, warps, 0), w.warp_keys, n + ".warp_keys");
+    r.eq(choose_mma_warp_keys(w.blocks, w.kv_len, 132, warps, 16), 16, n + ".forced16");
+  }
+  // Splits: fewest that minimise waves x (tiles a split + 2) + a merge round trip per 16 splits.
+  r.eq(choose_mma_splits(256, 512, 128, 3 * 132), int64_t{3}, "quant_plan.splits.gqa_b32_32k");  // 768 blocks, 2 waves
+  r.eq(choose_mma_splits(64, 512, 128, 3 * 132), int64_t{6}, "quant_plan.splits.gqa_b8_32k");    // 384: one wave
+  r.eq(choose_mma_splits(8, 32, 16, 2 * 132), int64_t{16}, "quant_plan.splits.gqa_b1_4k_k32");  // 2 tiles of 128 each
+  r.eq(choose_mma_splits(8, 5, 16, 2 * 132), int64_t{5}, "quant_plan.splits.one_tile_each");
+  r.code(check_warp_keys(0, 0), Code::kOk, "quant_plan.warp_keys.plan");
+  r.code(check_warp_keys(0, 32), Code::kOk, "quant_plan.warp_keys.32_plan_warps");
+  r.code(check_warp_keys(4, 32), Code::kOk, "quant_plan.warp_keys.32_4_warps");
+  r.code(check_warp_keys(8, 16), Code::kOk, "quant_plan.warp_keys.16_8_warps");
+  r.code(check_warp_keys(8, 32), Code::kInvalidArgument, "quant_plan.warp_keys.32_8_warps");
+  r.code(check_warp_keys(0, 24), Code::kInvalidArgument, "quant_plan.warp_keys.24");
+  r.code(check_warp_keys(4, -16), Code::kInvalidArgument, "quant_plan.warp_keys.negative");
+}
+
 }  // namespace
 
 int main() {
@@ -474,5 +511,6 @@ int main() {
   test_two_per_sm(r);
   test_split_keys(r);
   test_balance(r);
+  test_quant_plan(r);
   return r.finish();
 }
