@@ -574,6 +574,38 @@ void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> type
   }
 }
 
+// A forced block shape the kernel does not have is refused before anything runs: warp_keys other than
+// 0, 16 or 32, or 32 keys with blocks of 8 warps (kInvalidArgument, the output untouched).
+void test_bad_warp_keys() {
+  const int64_t B = 1, Hq = 8, Hkv = 2, D = 128, S = 256;
+  Dev<__half> q(B * Hq * D), out(B * Hq * D);
+  Dev<uint8_t> k(S * B * Hkv * D), v(k.n), ws(1 << 20);
+  Dev<float> sc(Hkv);
+  CK(cudaMemset(out.p, 0x7b, out.n * 2));
+  pvt::QuantAttentionParams p;
+  p.attn = bench_attn(B, Hkv, S, q.p, out.p);
+  p.attn.q_heads = Hq;
+  const int64_t qs[4] = {Hq * D, Hq * D, D, 1};
+  std::copy(qs, qs + 4, p.attn.q_stride), std::copy(qs, qs + 4, p.attn.out_stride);
+  set_bench_kind(&p, 0, sc.p, k.p, v.p, nullptr, nullptr);
+  p.attn.workspace = ws.p, p.attn.workspace_bytes = ws.n;
+  pvt::DecodeOptions opts;
+  p.attn.options = &opts;
+  struct Bad { int warps, warp_keys; const char* name; };
+  for (const Bad bad : {Bad{0, 24, "24"}, Bad{0, -32, "negative"}, Bad{8, 32, "32_with_8_warps"}}) {
+    opts.mma_warps = bad.warps;
+    p.warp_keys = bad.warp_keys;
+    r.code(pvt::quant_attention_cuda(p, nullptr), pvt::Code::kInvalidArgument, std::string("warp_keys.") + bad.name);
+  }
+  CK(cudaDeviceSynchronize());
+  bool untouched = true;
+  for (const __half x : out.get()) untouched = untouched && *reinterpret_cast<const uint16_t*>(&x) == 0x7b7b;
+  r.check(untouched, "warp_keys.refused_output_untouched", "a refused call wrote the output");
+  opts.mma_warps = 0, p.warp_keys = 32;  // the plan's warps, 32 keys a warp: runs
+  r.ok(pvt::quant_attention_cuda(p, nullptr), "warp_keys.32_plan_warps");
+  CK(cudaDeviceSynchronize());
+}
+
 }  // namespace
 
 // --no-bench: the checks only; --bench-only: the timings only; --tc-only: the tensor-core cases with
@@ -616,6 +648,7 @@ int main(int argc, char** argv) {
       test_attention({kind, ScalarType::kFloat16, 4, 8, 2, 128, 2000, true});    // slots, lengths, a refused entry
       test_tensor_core_cases(kind, {ScalarType::kFloat16, ScalarType::kBFloat16});
     }
+    test_bad_warp_keys();
   }
   if (!no_bench && !tc_only) bench();
   return r.finish();
