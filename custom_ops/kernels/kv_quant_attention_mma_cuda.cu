@@ -3,9 +3,9 @@
 // As decode_attention_mma_cuda.cuh does for 16-bit caches, the query heads of one kv head (up to 16)
 // are the M side of mma.sync.m16n8k16, so each code is read and converted once for all of them (the
 // CUDA-core kernel converts and multiplies every code once per query head: 0.27-0.45x cuDNN's fp16
-// speed for GQA 32/8, docs/QUANTIZED_CACHE.md). Block = W warps (4, or 8 where a call has few blocks
-// a split: the plan's choose_mma_warps), one (entry, kv head, chunk of 16 query heads, split of the
-// keys); tiles of KPW W keys' codes (KPW = 16, or 32 with 4 warps: choose_mma_warp_keys) and their int8
+// speed for GQA 32/8, docs/QUANTIZED_CACHE.md). Block = W warps (4, or 8 where forced), one (entry, kv
+// head, chunk of 16 query heads, split of the keys); tiles of KPW W keys' codes (KPW = 16, or 32 with 4
+// warps: the plan's choose_block_shape, kv_quant_attention_plan.h) and their int8
 // scales go to shared memory by cp.async, 3 or 4 stages deep; warp w takes keys [KPW w, KPW w + KPW) of
 // every tile with its own online softmax (KPW / 8 independent Q K^T chains); the warps merge at the end
 // and write the split's partial state (kv_quant_attention_cuda.cuh), which merge_kernel finishes.

@@ -23,15 +23,6 @@ int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t s
   return best;
 }
 
-// 8 warps (tiles of 128 keys, 2 warps a scheduler, one block an SM) where a split's blocks are at most
-// 1/16 of the SMs, so that 16 splits fill them, and every split still gets 4 tiles or more (kv_len >=
-// 8192): GQA B = 1 S 16k-64k. Else 4 warps (3 blocks an SM by registers). H200, 2026-12-02: at GQA B = 1
-// 16k 8 warps took 20.4 / 22.1 us (fp8 / int8) against 22.2 / 24.8; at 4k (2 tiles a split) 13.1 / 14.1
-// against 10.6 / 12.4; at MHA B = 1 (32 blocks a split) 4 warps' 3 blocks an SM won from 16k on.
-int choose_mma_warps(int64_t blocks, int64_t kv_len, int sms) {
-  return blocks * 16 <= sms && kv_len >= 64 * 8 * 16 ? 8 : 4;
-}
-
 Status check_warp_keys(int mma_warps, int warp_keys) {
   if ((warp_keys != 0 && warp_keys != 16 && warp_keys != 32) || (warp_keys == 32 && mma_warps == 8)) {
     return Status(Code::kInvalidArgument, "quant_attention_cuda: warp_keys must be 0, 16 or 32, and 32 only with "
@@ -41,12 +32,20 @@ Status check_warp_keys(int mma_warps, int warp_keys) {
   return Status::Ok();
 }
 
-// 32 keys a warp where a split's blocks are at most 1/16 of the SMs (one block an SM, GQA B = 1) and the
-// plan keeps 4 warps (kv_len < 8192): each warp then runs four independent Q K^T chains instead of two
-// and half the barriers and softmax reductions a key, where nothing else hides their latency.
-int choose_mma_warp_keys(int64_t blocks, int64_t /*kv_len*/, int sms, int warps, int forced) {
-  if (forced != 0) return forced;
-  return warps == 4 && blocks * 16 <= sms ? 32 : 16;
+// 4 warps. 32 keys a warp (tiles of 128 keys: four independent Q K^T chains a warp, half the barriers and
+// softmax reductions a key; 208-230 registers, 2 blocks an SM) at head_dim 128 for fp8 everywhere, and for
+// int8 where a split's blocks are at most 1/16 of the SMs (one block an SM: GQA B = 1); else 16 keys a warp
+// (166-168 registers, 3 blocks an SM). H200, 2026-12-02, float16 q (docs/QUANTIZED_CACHE.md): fp8 0.4-14%
+// faster with 32 keys on 21 of 24 rows (GQA B = 1 64k: 42.5 against 49.4 us), slower on two (GQA B = 1 4k
+// by 0.2 us, MHA B = 32 64k by 3.7%, a row whose runs spread 4.5%); int8 1.7-13% faster at GQA B = 1 and
+// 2-16% slower at 22 of the other 24 rows (GQA B = 8 32k: 184.6 against 174.1 us; int8's longer chains
+// want the third block an SM). Blocks of 8 warps (16 keys), the rule before for GQA B = 1 from 8k keys,
+// lost to 32-key warps there (fp8 / int8 at 16k: 19.6 / 21.5 against 20.5 / 22.1 us); forced only now.
+BlockShape choose_block_shape(bool int8, int64_t head_dim, int64_t blocks, int sms, int forced_warps, int forced_keys) {
+  const int warps = forced_warps != 0 ? forced_warps : 4;
+  if (forced_keys != 0 || warps == 8) return BlockShape{warps, forced_keys != 0 ? forced_keys : 16};
+  const bool one_block_an_sm = blocks * 16 <= sms;
+  return BlockShape{warps, head_dim == 128 && (!int8 || one_block_an_sm) ? 32 : 16};
 }
 
 }  // namespace quant_plan

@@ -21,17 +21,18 @@ constexpr int64_t kMinKeysPerSplit = 256;
 // once, at most `most` splits (and kMaxSplits, and one tile a split).
 int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t slots);
 
-// The block's warps (4 or 8) for `blocks` blocks a split, kv_len keys, `sms` SMs.
-int choose_mma_warps(int64_t blocks, int64_t kv_len, int sms);
-
 // The forced block shape is one the kernel has: mma_warps (DecodeOptions) 0, 4 or 8 is checked by the
 // float16 planner's check_options; warp_keys (QuantAttentionParams) must be 0, 16 or 32, and 32 only
-// with blocks of 4 warps (or the plan's, which then takes 4). kInvalidArgument otherwise.
+// with blocks of 4 warps. kInvalidArgument otherwise.
 Status check_warp_keys(int mma_warps, int warp_keys);
 
-// Keys a warp takes of every tile (16 or 32) in blocks of `warps` warps, for `blocks` blocks a split and
-// kv_len keys on `sms` SMs; `forced` (QuantAttentionParams::warp_keys) 16 or 32 wins, 0 asks the rule.
-int choose_mma_warp_keys(int64_t blocks, int64_t kv_len, int sms, int warps, int forced);
+// The block's shape: `warps` warps (4, or 8 only where forced: DecodeOptions::mma_warps) of `warp_keys`
+// keys of every tile (16 or 32), for a cache of `int8` codes (else fp8) at head_dim, `blocks` blocks a
+// split, `sms` SMs; forced_warps / forced_keys (0: the rule's) as the options give them, checked.
+struct BlockShape {
+  int warps, warp_keys;
+};
+BlockShape choose_block_shape(bool int8, int64_t head_dim, int64_t blocks, int sms, int forced_warps, int forced_keys);
 
 }  // namespace quant_plan
 }  // namespace pvt

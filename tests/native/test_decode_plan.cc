@@ -465,27 +465,30 @@ void test_balance(Report& r) {
 
 }
 
-// The 8-bit tensor-core plan (kv_quant_attention_plan.h) on the 132-SM device, 32 query heads at head_dim
-// 128 (a block takes a kv head's 1 or 4 query heads: blocks a split = B x Hkv): block shape and split
-// count, the values worked out by hand from the rules' comments (docs/QUANTIZED_CACHE.md's H200 runs).
+// The 8-bit tensor-core plan (kv_quant_attention_plan.h) on the 132-SM device, 32 query heads (a block
+// takes a kv head's 1 or 4 query heads: blocks a split = B x Hkv): block shape and split count, the values
+// worked out by hand from the rules' comments (docs/QUANTIZED_CACHE.md's H200 runs).
 void test_quant_plan(Report& r) {
   using namespace pvt::quant_plan;
-  struct Want { const char* name; int64_t blocks, kv_len; int warps, warp_keys; };
+  struct Want { const char* name; int int8; int64_t D, blocks; int forced_warps, forced_keys, warps, warp_keys; };
   const Want wants[] = {
-      {"gqa_b1_4k", 8, 4096, 4, 32},     // one block an SM, 4 warps: 32 keys a warp
-      {"gqa_b1_8k", 8, 8192, 8, 16},     // 8 warps from 8k keys (4 tiles of 128 a split)
-      {"gqa_b1_64k", 8, 65536, 8, 16},
-      {"mha_b1_4k", 32, 4096, 4, 16},    // 32 blocks a split: 3 an SM
-      {"mha_b1_64k", 32, 65536, 4, 16},
-      {"gqa_b8_4k", 64, 4096, 4, 16},
-      {"gqa_b32_32k", 256, 32768, 4, 16},
+      {"fp8_gqa_b1", 0, 128, 8, 0, 0, 4, 32},        // fp8 at head_dim 128: 32 keys a warp everywhere
+      {"fp8_mha_b32", 0, 128, 1024, 0, 0, 4, 32},
+      {"int8_gqa_b1", 1, 128, 8, 0, 0, 4, 32},       // int8: only where one block holds an SM (8 x 16 <= 132)
+      {"int8_mha_b1", 1, 128, 32, 0, 0, 4, 16},      // 32 x 16 > 132
+      {"int8_gqa_b8", 1, 128, 64, 0, 0, 4, 16},
+      {"fp8_d64", 0, 64, 8, 0, 0, 4, 16},            // head_dim 64: not measured, 16 keys as before
+      {"int8_d64_gqa_b1", 1, 64, 8, 0, 0, 4, 16},
+      {"forced_8_warps", 0, 128, 8, 8, 0, 8, 16},    // 8 warps take 16 keys
+      {"forced_16_keys", 0, 128, 8, 0, 16, 4, 16},
+      {"forced_32_keys", 1, 128, 64, 0, 32, 4, 32},
+      {"forced_4_warps_32", 1, 64, 64, 4, 32, 4, 32},
   };
   for (const Want& w : wants) {
     const std::string n = std::string("quant_plan.") + w.name;
-    const int warps = choose_mma_warps(w.blocks, w.kv_len, 132);
-    r.eq(warps, w.warps, n + ".warps");
-    r.eq(choose_mma_warp_keys(w.blocks, w.kv_len, 132, warps, 0), w.warp_keys, n + ".warp_keys");
-    r.eq(choose_mma_warp_keys(w.blocks, w.kv_len, 132, warps, 16), 16, n + ".forced16");
+    const BlockShape s = choose_block_shape(w.int8 != 0, w.D, w.blocks, 132, w.forced_warps, w.forced_keys);
+    r.eq(s.warps, w.warps, n + ".warps");
+    r.eq(s.warp_keys, w.warp_keys, n + ".warp_keys");
   }
   // Splits: fewest that minimise waves x (tiles a split + 2) + a merge round trip per 16 splits.
   r.eq(choose_mma_splits(256, 512, 128, 3 * 132), int64_t{3}, "quant_plan.splits.gqa_b32_32k");  // 768 blocks, 2 waves
