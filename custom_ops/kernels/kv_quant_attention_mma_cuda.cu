@@ -56,7 +56,8 @@ template <int D>
 __host__ __device__ constexpr int stages() {
   // ~50 KB of tiles a block with 16 keys a warp (3 blocks an SM, by registers). 4 stages at D = 128 took
   // 0.94-1.07x the time for fp8 and 1.01-1.19x for int8 (H200, 2026-12-02, docs/QUANTIZED_CACHE.md).
-  // With 32 keys a warp (one block an SM where the plan takes it) ~100 KB.
+  // With 32 keys a warp ~100 KB: 2 blocks an SM, as its 208-230 registers allow anyway (held to 168 with 2
+  // stages for 3 blocks an SM, int8 ran up to 13% slower and fp8 -4% to +7%: docs/QUANTIZED_CACHE.md).
   return D == 64 ? 4 : 3;
 }
 template <int D, int W, int KPW>

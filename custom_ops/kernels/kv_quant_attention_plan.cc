@@ -38,7 +38,7 @@ Status check_warp_keys(int mma_warps, int warp_keys) {
 // (166-168 registers, 3 blocks an SM). H200, 2026-12-02, float16 q (docs/QUANTIZED_CACHE.md): fp8 0.4-14%
 // faster with 32 keys on 21 of 24 rows (GQA B = 1 64k: 42.5 against 49.4 us), slower on two (GQA B = 1 4k
 // by 0.2 us, MHA B = 32 64k by 3.7%, a row whose runs spread 4.5%); int8 1.7-13% faster at GQA B = 1 and
-// 2-16% slower at 22 of the other 24 rows (GQA B = 8 32k: 184.6 against 174.1 us; int8's longer chains
+// 2-16% slower at 19 of the other 20 rows (GQA B = 8 32k: 184.6 against 174.1 us; int8's longer chains
 // want the third block an SM). Blocks of 8 warps (16 keys), the rule before for GQA B = 1 from 8k keys,
 // lost to 32-key warps there (fp8 / int8 at 16k: 19.6 / 21.5 against 20.5 / 22.1 us); forced only now.
 BlockShape choose_block_shape(bool int8, int64_t head_dim, int64_t blocks, int sms, int forced_warps, int forced_keys) {
