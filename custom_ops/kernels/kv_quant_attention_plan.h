@@ -28,7 +28,8 @@ Status check_warp_keys(int mma_warps, int warp_keys);
 
 // The block's shape: `warps` warps (4, or 8 only where forced: DecodeOptions::mma_warps) of `warp_keys`
 // keys of every tile (16 or 32), for a cache of `int8` codes (else fp8) at head_dim, `blocks` blocks a
-// split, `sms` SMs; forced_warps / forced_keys (0: the rule's) as the options give them, checked.
+// split, `sms` SMs; forced_warps / forced_keys (0: the rule's) as the options give them, after
+// check_warp_keys has accepted them.
 struct BlockShape {
   int warps, warp_keys;
 };
