@@ -27,6 +27,9 @@ struct QuantAttentionParams {
   // CUDA: the tensor-core kernel where it applies (kv_quant_attention_mma_cuda.cu); false keeps the
   // CUDA-core kernel (the harness compares the two; the host ignores it).
   bool tensor_cores = true;
+  // CUDA, tensor cores: keys a warp takes of every tile. 0: the plan's choice (choose_block_shape,
+  // kv_quant_attention_plan.h); 16 or 32 forced (32 with blocks of 4 warps only). A benchmark knob.
+  int warp_keys = 0;
 };
 
 // decode_attention's own check of attn, plus the kind and the scale pointers.

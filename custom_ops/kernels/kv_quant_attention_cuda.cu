@@ -27,6 +27,7 @@
 #include "programmatic_launch_cuda.cuh"
 #include "kv_quant_attention.h"
 #include "kv_quant_attention_cuda.cuh"
+#include "kv_quant_attention_plan.h"
 
 namespace pvt {
 namespace {
@@ -38,11 +39,11 @@ using quant_cuda::kLog2e;
 using quant_cuda::Launch;
 using quant_cuda::partial_at;
 
+using quant_plan::kMaxSplits;
+using quant_plan::kMergeAtOnce;
+using quant_plan::kMinKeysPerSplit;
+
 constexpr int kWarps = 4;
-constexpr int kMinKeysPerSplit = 256;
-constexpr int kMaxSplits = 128;
-constexpr int kMergeAtOnce = 16;        // splits merge_kernel loads per L2 round trip
-constexpr int64_t kBlockCostTiles = 2;  // a tensor-core block's fixed cost (q, pipeline prologue, its merge) in tiles
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
@@ -216,35 +217,6 @@ __global__ void merge_kernel(QuantAttentionParams p, Launch l, const float* ws) 
   if (threadIdx.x == 0 && a.lse) a.lse[e.q_row * a.q_heads + h] = lsum > 0.f ? mx * kLn2 + logf(lsum) : -INFINITY;
 }
 
-// The tensor-core kernel's split count for `blocks` blocks per split (entries x kv heads x head
-// chunks) over `tiles` tiles of keys, `slots` blocks resident at once, at most `most` splits: the
-// fewest splits that minimise waves x (tiles a split + kBlockCostTiles), plus a merge round trip per
-// kMergeAtOnce splits. The count used to be one wave of blocks rounded UP (GQA B = 32: 2 splits, 512
-// blocks on 396 slots, a second wave of 116; B = 8: 7 splits, 448 blocks), which left most of the SMs
-// idle for the last part of the call: 3.4-3.6 TB/s of codes where MHA B = 32 (2.6 waves) read 4.0.
-// A sweep of forced counts (test_kv_quant_cuda --sweep, H200) found this count within noise of the
-// best on 47 of 48 benchmark rows (docs/QUANTIZED_CACHE.md).
-int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t slots) {
-  slots = std::max<int64_t>(1, slots);
-  int64_t best = 1, best_cost = INT64_MAX;
-  for (int64_t s = 1; s <= std::min<int64_t>({tiles, most, kMaxSplits}); ++s) {
-    const int64_t per = (tiles + s - 1) / s, waves = (blocks * s + slots - 1) / slots;
-    const int64_t cost = waves * (per + kBlockCostTiles) + (s > 1 ? (s + kMergeAtOnce - 1) / kMergeAtOnce : 0);
-    if (cost < best_cost) best = s, best_cost = cost;
-  }
-  return best;
-}
-
-// The tensor-core kernel's block: 8 warps (tiles of 128 keys, 2 warps a scheduler, one block an SM) where a
-// split's blocks are at most 1/16 of the SMs, so that 16 splits fill them, and every split still gets 4
-// tiles or more (kv_len >= 8192): GQA B = 1 S 16k-64k. Else 4 warps (tiles of 64 keys, 3 blocks an SM by
-// registers). H200, 2026-12-02 (docs/QUANTIZED_CACHE.md): at GQA B = 1 16k 8 warps took 20.4 / 22.1 us (fp8
-// / int8) against 22.2 / 24.8; at 4k (2 tiles a split) 13.1 / 14.1 against 10.6 / 12.4; at MHA B = 1 (32
-// blocks a split) 4 warps' 3 blocks an SM won from 16k on (fp8 64k: 135 against 155 us).
-int choose_mma_warps(int64_t blocks, int64_t kv_len, int sms) {
-  return blocks * 16 <= sms && kv_len >= 64 * quant_cuda::mma_tile_keys(8) ? 8 : 4;
-}
-
 Status plan(const QuantAttentionParams& p, Launch* l) {
   const DecodeAttentionParams& a = p.attn;
   const std::string op = "quant_attention_cuda: ";
@@ -278,14 +250,17 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
   if (l->mma) {  // splits of whole tiles
     const int64_t blocks = a.batch * a.kv_heads * ((l->group + quant_cuda::kMmaHeads - 1) / quant_cuda::kMmaHeads);
     const int warps_asked = decode_plan::options_of(a).mma_warps;
-    l->warps = warps_asked != 0 ? warps_asked : choose_mma_warps(blocks, a.kv_len, sms);
-    const int64_t tile = quant_cuda::mma_tile_keys(l->warps), tiles = (a.kv_len + tile - 1) / tile;
+    PVT_RETURN_IF_ERROR(quant_plan::check_warp_keys(warps_asked, p.warp_keys));
+    const quant_plan::BlockShape shape =
+        quant_plan::choose_block_shape(p.kind == KvQuant::kInt8, a.head_dim, blocks, sms, warps_asked, p.warp_keys);
+    l->warps = shape.warps, l->warp_keys = shape.warp_keys;
+    const int64_t tile = quant_cuda::mma_tile_keys(l->warps, l->warp_keys), tiles = (a.kv_len + tile - 1) / tile;
     // At least kMinKeysPerSplit keys a split unless forced: GQA B = 1 S = 4k took 14.8 us (fp8) with 32
     // splits of 128 keys, what the wave cost alone picks, against 10.8 with 16 (H200, 2026-12-02 sweep).
     const int64_t splits =
         forced > 0 ? std::min<int64_t>({forced, tiles, kMaxSplits})
-                   : choose_mma_splits(blocks, tiles, std::max<int64_t>(1, a.kv_len / kMinKeysPerSplit),
-                                       quant_cuda::quant_mma_resident(p, l->warps) * sms);
+                   : quant_plan::choose_mma_splits(blocks, tiles, std::max<int64_t>(1, a.kv_len / kMinKeysPerSplit),
+                                                   quant_cuda::quant_mma_resident(p, l->warps, l->warp_keys) * sms);
     l->keys_per_split = (tiles + splits - 1) / splits * tile;
     l->splits = static_cast<int>((a.kv_len + l->keys_per_split - 1) / l->keys_per_split);
     return Status::Ok();

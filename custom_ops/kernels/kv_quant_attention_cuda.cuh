@@ -25,7 +25,8 @@ struct Launch {
   int64_t keys_per_split = 0;
   int group = 1, heads_per_block = 1;
   bool mma = false;  // the tensor-core kernel (mma_takes) writes the partials
-  int warps = 4;     // ... in blocks of this many warps (4 or 8), over tiles of mma_tile_keys(warps) keys
+  int warps = 4;     // ... in blocks of this many warps (4 or 8), over tiles of mma_tile_keys(warps, warp_keys) keys
+  int warp_keys = 16;  // ... each warp taking this many keys of a tile (16, or 32 with 4 warps)
   bool programmatic = true;  // tensor-core split and merge as programmatic dependent launches (!options.no_pdl)
 };
 
@@ -54,17 +55,18 @@ __device__ __forceinline__ int64_t partial_at(const DecodeAttentionParams& a, co
 }
 
 // Tensor-core path (kv_quant_attention_mma_cuda.cu): a block takes up to 16 query heads of one kv
-// head (the M side of mma.m16n8k16) over tiles of 16 keys a warp; a split is whole tiles.
-__host__ __device__ constexpr int mma_tile_keys(int warps) { return 16 * warps; }
+// head (the M side of mma.m16n8k16) over tiles of 16 or 32 keys a warp; a split is whole tiles.
+__host__ __device__ constexpr int mma_tile_keys(int warps, int warp_keys) { return warp_keys * warps; }
 constexpr int kMmaHeads = 16;
 
 // Whether the tensor-core kernel takes p (q and out float16 / bfloat16, head_dim 64 or 128, a device
 // of compute capability 8.0 or newer, p.tensor_cores); else the CUDA-core kernel does.
 bool mma_takes(const QuantAttentionParams& p, int device_major);
 
-// Blocks of the tensor-core kernel instance for p, in blocks of `warps` warps, resident on an SM of the
-// current device (asked once per instance; 1 where the query fails): what the split count fills waves of.
-int quant_mma_resident(const QuantAttentionParams& p, int warps);
+// Blocks of the tensor-core kernel instance for p, in blocks of `warps` warps of `warp_keys` keys, resident
+// on an SM of the current device (asked once per instance; 1 where the query fails): what the split count
+// fills waves of.
+int quant_mma_resident(const QuantAttentionParams& p, int warps, int warp_keys);
 
 // Queues the tensor-core split kernel for every (split, kv head, head chunk, entry) of `l`.
 Status quant_mma_split(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream);

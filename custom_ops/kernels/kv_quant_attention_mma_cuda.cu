@@ -3,12 +3,12 @@
 // As decode_attention_mma_cuda.cuh does for 16-bit caches, the query heads of one kv head (up to 16)
 // are the M side of mma.sync.m16n8k16, so each code is read and converted once for all of them (the
 // CUDA-core kernel converts and multiplies every code once per query head: 0.27-0.45x cuDNN's fp16
-// speed for GQA 32/8, docs/QUANTIZED_CACHE.md). Block = W warps (4, or 8 where a call has few blocks
-// a split: the plan's choose_mma_warps), one (entry, kv head, chunk of 16 query heads, split of the
-// keys); tiles of 16 W keys' codes (half the bytes of a 16-bit tile) and their int8 scales go to shared
-// memory by cp.async, 3 or 4 stages deep; warp w takes keys [16w, 16w + 16) of every tile with its own
-// online softmax; the warps merge at the end and write the split's partial state
-// (kv_quant_attention_cuda.cuh), which merge_kernel finishes.
+// speed for GQA 32/8, docs/QUANTIZED_CACHE.md). Block = W warps (4, or 8 where forced), one (entry, kv
+// head, chunk of 16 query heads, split of the keys); tiles of KPW W keys' codes (KPW = 16, or 32 with 4
+// warps: the plan's choose_block_shape, kv_quant_attention_plan.h) and their int8
+// scales go to shared memory by cp.async, 3 or 4 stages deep; warp w takes keys [KPW w, KPW w + KPW) of
+// every tile with its own online softmax (KPW / 8 independent Q K^T chains); the warps merge at the end
+// and write the split's partial state (kv_quant_attention_cuda.cuh), which merge_kernel finishes.
 //
 // Codes become 16-bit MMA operands in registers, straight from shared memory (ldmatrix moves 16-bit
 // elements only), in orders that need no shuffles:
@@ -54,17 +54,19 @@ using decode_cuda::rescale_rows;
 
 template <int D>
 __host__ __device__ constexpr int stages() {
-  // ~50 KB of tiles a block either way (3 blocks an SM, by registers). 4 stages at D = 128 took
+  // ~50 KB of tiles a block with 16 keys a warp (3 blocks an SM, by registers). 4 stages at D = 128 took
   // 0.94-1.07x the time for fp8 and 1.01-1.19x for int8 (H200, 2026-12-02, docs/QUANTIZED_CACHE.md).
+  // With 32 keys a warp ~100 KB: 2 blocks an SM, as its 208-230 registers allow anyway (held to 168 with 2
+  // stages for 3 blocks an SM, int8 ran up to 13% slower and fp8 -4% to +7%: docs/QUANTIZED_CACHE.md).
   return D == 64 ? 4 : 3;
 }
-template <int D, int W>
+template <int D, int W, int KPW>
 __host__ __device__ constexpr int stage_bytes() {
-  return 2 * mma_tile_keys(W) * D + 2 * mma_tile_keys(W) * 4;  // K codes, V codes, K scales, V scales
+  return 2 * mma_tile_keys(W, KPW) * D + 2 * mma_tile_keys(W, KPW) * 4;  // K codes, V codes, K scales, V scales
 }
-template <int D, int W>
+template <int D, int W, int KPW>
 __host__ __device__ constexpr int smem_bytes() {
-  return stages<D>() * stage_bytes<D, W>();
+  return stages<D>() * stage_bytes<D, W, KPW>();
 }
 
 // Byte offset of 16-byte chunk c of tile key `key` (rows of D codes), XOR-swizzled so that neither
@@ -135,15 +137,18 @@ __device__ __forceinline__ uint32_t code_pair(uint32_t w) {
   }
 }
 
-template <typename T, KvQuant kKind, int D, int W>
+template <typename T, KvQuant kKind, int D, int W, int KPW>
 __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionParams p, const Launch l, float* ws) {
   constexpr int KS = D / 16, NT = D / 8, VB = D / 8, CH = D / 16, STAGES = stages<D>();
-  constexpr int kWarps = W, kThreads = 32 * W, kTileKeys = mma_tile_keys(W);
+  constexpr int kWarps = W, kThreads = 32 * W, kTileKeys = mma_tile_keys(W, KPW);
+  constexpr int NK = KPW / 8, KK = KPW / 16;  // a warp's n8 tiles of scores, and its k16 steps of P V
   constexpr int kPasses = kTileKeys * CH / kThreads;  // 16-byte chunks of K (and of V) a thread copies a tile
+  constexpr int kScalePasses = 2 * kTileKeys / kThreads;  // int8: K and V scales a thread copies a tile
   constexpr bool kPerToken = kKind == KvQuant::kInt8;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-  static_assert(kThreads % CH == 0 && kTileKeys * CH % kThreads == 0 && kThreads == 2 * kTileKeys, "copy shape");
-  static_assert((kWarps * kMmaHeads * D + 2 * kWarps * kMmaHeads) * 4 <= smem_bytes<D, W>(), "the merge fits the tiles");
+  static_assert(KPW == 16 || KPW == 32, "16 or 32 keys a warp");
+  static_assert(kThreads % CH == 0 && kTileKeys * CH % kThreads == 0 && 2 * kTileKeys % kThreads == 0, "copy shape");
+  static_assert((kWarps * kMmaHeads * D + 2 * kWarps * kMmaHeads) * 4 <= smem_bytes<D, W, KPW>(), "the merge fits the tiles");
   extern __shared__ __align__(16) uint8_t smem[];
 
   // Launched programmatically: nothing global is read before the kernel ahead (the append of this
@@ -166,7 +171,7 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
   const uint8_t* vb = static_cast<const uint8_t*>(a.v) + e.row * a.v_stride[1] + hk * a.v_stride[2];
   const float* ksb = p.k_scale + e.row * p.k_scale_stride[1] + hk * p.k_scale_stride[2];
   const float* vsb = p.v_scale + e.row * p.v_scale_stride[1] + hk * p.v_scale_stride[2];
-  auto tile_k = [&](int st) { return smem + st * stage_bytes<D, W>(); };
+  auto tile_k = [&](int st) { return smem + st * stage_bytes<D, W, KPW>(); };
   auto tile_v = [&](int st) { return tile_k(st) + kTileKeys * D; };
   auto scale_k = [&](int st) { return reinterpret_cast<float*>(tile_v(st) + kTileKeys * D); };
   auto scale_v = [&](int st) { return scale_k(st) + kTileKeys; };
@@ -184,10 +189,13 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
       cp_async16(tile_v(st) + chunk_at<D>(key, ch), ok ? vb + (t0 + key) * a.v_stride[0] + 16 * ch : vb, ok);
     }
     if constexpr (kPerToken) {
-      const int key = static_cast<int>(threadIdx.x) % kTileKeys;
-      const bool ok = key < left, is_v = threadIdx.x >= kTileKeys;
-      const float* src = is_v ? vsb + (t0 + key) * p.v_scale_stride[0] : ksb + (t0 + key) * p.k_scale_stride[0];
-      cp_async4((is_v ? scale_v(st) : scale_k(st)) + key, ok ? src : ksb, ok);
+#pragma unroll
+      for (int sp = 0; sp < kScalePasses; ++sp) {
+        const int idx = static_cast<int>(threadIdx.x) + sp * kThreads, key = idx % kTileKeys;
+        const bool ok = key < left, is_v = idx >= kTileKeys;
+        const float* src = is_v ? vsb + (t0 + key) * p.v_scale_stride[0] : ksb + (t0 + key) * p.k_scale_stride[0];
+        cp_async4((is_v ? scale_v(st) : scale_k(st)) + key, ok ? src : ksb, ok);
+      }
     }
     cp_async_commit();
   };
@@ -259,7 +267,7 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
     }
   };
 
-  const int kw = warp * 16;  // the warp's first key in every tile
+  const int kw = warp * KPW;  // the warp's first key in every tile
   for (int i = 0; i < n_tiles; ++i) {
     cp_async_wait<STAGES - 2>();  // tile i has landed
     __syncthreads();              // ... for every thread; and every warp is done with tile i - 1
@@ -271,23 +279,25 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
     }
     const int st = i % STAGES;
     const int64_t ahead = s1 - (s0 + static_cast<int64_t>(i) * kTileKeys + kw);
-    const int visible = ahead <= 0 ? 0 : ahead >= 16 ? 16 : static_cast<int>(ahead);
+    const int visible = ahead <= 0 ? 0 : ahead >= KPW ? KPW : static_cast<int>(ahead);
     if (visible == 0) continue;  // warp-uniform (only a split's last tile)
 
-    // S = Q K^T over the warp's 16 keys (two n8 tiles): key kw + nt * 8 + g per lane.
-    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    // kg and j outer, the n8 tile inner: the two accumulator chains (8 MMAs each) interleave.
+    // S = Q K^T over the warp's KPW keys (NK n8 tiles): key kw + nt * 8 + g per lane.
+    float s[NK][4];
+#pragma unroll
+    for (int nt = 0; nt < NK; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    // kg and j outer, the n8 tile inner: the NK accumulator chains (8 MMAs each at D = 128) interleave.
 #pragma unroll
     for (int kg = 0; kg < D / 64; ++kg) {
-      uint4 w4[2];
+      uint4 w4[NK];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < NK; ++nt) {
         w4[nt] = *reinterpret_cast<const uint4*>(tile_k(st) + chunk_at<D>(kw + nt * 8 + g, 4 * kg + t));
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
+        for (int nt = 0; nt < NK; ++nt) {
           const uint32_t w = j == 0 ? w4[nt].x : j == 1 ? w4[nt].y : j == 2 ? w4[nt].z : w4[nt].w;
           mma_16816<T>(s[nt], qa[4 * kg + j], code_pair<T, kKind, 0>(w), code_pair<T, kKind, 1>(w));
         }
@@ -295,31 +305,34 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
     }
     if constexpr (kBiased) {  // after the MMAs (as their first accumulator it kept ptxas from interleaving the chains)
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < NK; ++nt) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) s[nt][r] += s_bias[r >> 1];
       }
     }
     // This lane's columns are keys kw + nt * 8 + 2t + j; rows g (s[.][0..1]) and g + 8 (s[.][2..3]).
-    float kf[2][2] = {{scale2, scale2}, {scale2, scale2}}, pf[2][2] = {{1.f, 1.f}, {1.f, 1.f}}, cv = 1.f;
-    if constexpr (kPerToken) {
+    float kf[NK][2], pf[NK][2], cv = 1.f;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+    for (int nt = 0; nt < NK; ++nt) kf[nt][0] = kf[nt][1] = scale2, pf[nt][0] = pf[nt][1] = 1.f;
+    if constexpr (kPerToken) {
+      float vmax = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NK; ++nt) {
         const float2 ksc = *reinterpret_cast<const float2*>(scale_k(st) + kw + nt * 8 + 2 * t);
         const float2 vsc = *reinterpret_cast<const float2*>(scale_v(st) + kw + nt * 8 + 2 * t);
         kf[nt][0] = scale2 * ksc.x, kf[nt][1] = scale2 * ksc.y;
         pf[nt][0] = vsc.x, pf[nt][1] = vsc.y;
+        vmax = fmaxf(vmax, fmaxf(vsc.x, vsc.y));
       }
-      float vmax = fmaxf(fmaxf(pf[0][0], pf[0][1]), fmaxf(pf[1][0], pf[1][1]));
       vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 1));
-      vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 2));  // the warp's 16 keys
-      if (vmax > U) {  // warp-uniform (every quad holds the same 16 keys' scales); rare past the first tiles
+      vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 2));  // the warp's KPW keys
+      if (vmax > U) {  // warp-uniform (every quad holds the same keys' scales); rare past the first tiles
         inv_u = 1.f / vmax;
         cv = U * inv_u;
         U = vmax;
       }
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) pf[nt][0] *= inv_u, pf[nt][1] *= inv_u;
+      for (int nt = 0; nt < NK; ++nt) pf[nt][0] *= inv_u, pf[nt][1] *= inv_u;
     }
     float corr[2];
 #pragma unroll
@@ -328,34 +341,38 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
       corr[hi] = cv * online_softmax_row(s, hi, 2 * t, visible, m[hi], lsum[hi], [&](int nt, int j) { return kf[nt][j]; });
     }
     rescale_rows(o, corr);
-    // O += P V: P (times int8's V scales over U) as the A operand straight from the scores.
-    const uint32_t pa[4] = {pack2<T>(s[0][0] * pf[0][0], s[0][1] * pf[0][1]), pack2<T>(s[0][2] * pf[0][0], s[0][3] * pf[0][1]),
-                            pack2<T>(s[1][0] * pf[1][0], s[1][1] * pf[1][1]), pack2<T>(s[1][2] * pf[1][0], s[1][3] * pf[1][1])};
-    uint32_t vw[4][VB / 4];  // keys 2t, 2t + 1, 2t + 8, 2t + 9: codes VB g .. VB g + VB - 1
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int key = kw + 2 * t + (r & 1) + 8 * (r >> 1);
-      if constexpr (VB == 16) {
-        const uint4 x = *reinterpret_cast<const uint4*>(tile_v(st) + chunk_at<D>(key, g));
-        vw[r][0] = x.x, vw[r][1] = x.y, vw[r][2] = x.z, vw[r][3] = x.w;
-      } else {
-        const uint2 x = *reinterpret_cast<const uint2*>(tile_v(st) + chunk_at<D>(key, g >> 1) + 8 * (g & 1));
-        vw[r][0] = x.x, vw[r][1] = x.y;
+    for (int kk = 0; kk < KK; ++kk) {  // k16 steps of P V: keys kw + 16 kk .. + 15 (n8 tiles 2 kk, 2 kk + 1)
+      const int a0 = 2 * kk, a1 = 2 * kk + 1;
+      // O += P V: P (times int8's V scales over U) as the A operand straight from the scores.
+      const uint32_t pa[4] = {pack2<T>(s[a0][0] * pf[a0][0], s[a0][1] * pf[a0][1]), pack2<T>(s[a0][2] * pf[a0][0], s[a0][3] * pf[a0][1]),
+                              pack2<T>(s[a1][0] * pf[a1][0], s[a1][1] * pf[a1][1]), pack2<T>(s[a1][2] * pf[a1][0], s[a1][3] * pf[a1][1])};
+      uint32_t vw[4][VB / 4];  // keys 2t, 2t + 1, 2t + 8, 2t + 9 of the step: codes VB g .. VB g + VB - 1
+  #pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int key = kw + 16 * kk + 2 * t + (r & 1) + 8 * (r >> 1);
+        if constexpr (VB == 16) {
+          const uint4 x = *reinterpret_cast<const uint4*>(tile_v(st) + chunk_at<D>(key, g));
+          vw[r][0] = x.x, vw[r][1] = x.y, vw[r][2] = x.z, vw[r][3] = x.w;
+        } else {
+          const uint2 x = *reinterpret_cast<const uint2*>(tile_v(st) + chunk_at<D>(key, g >> 1) + 8 * (g & 1));
+          vw[r][0] = x.x, vw[r][1] = x.y;
+        }
       }
-    }
-#pragma unroll
-    for (int j = 0; j < VB / 4; ++j) {
-      // [k0.b0, k1.b0, k0.b1, k1.b1] and [k0.b2, k1.b2, k0.b3, k1.b3]: dims 4j .. 4j + 3 as key pairs.
-      const uint32_t lo01 = __byte_perm(vw[0][j], vw[1][j], 0x5140), hi01 = __byte_perm(vw[0][j], vw[1][j], 0x7362);
-      const uint32_t lo89 = __byte_perm(vw[2][j], vw[3][j], 0x5140), hi89 = __byte_perm(vw[2][j], vw[3][j], 0x7362);
-      mma_16816<T>(o[4 * j + 0], pa, code_pair<T, kKind, 0>(lo01), code_pair<T, kKind, 0>(lo89));
-      mma_16816<T>(o[4 * j + 1], pa, code_pair<T, kKind, 1>(lo01), code_pair<T, kKind, 1>(lo89));
-      mma_16816<T>(o[4 * j + 2], pa, code_pair<T, kKind, 0>(hi01), code_pair<T, kKind, 0>(hi89));
-      mma_16816<T>(o[4 * j + 3], pa, code_pair<T, kKind, 1>(hi01), code_pair<T, kKind, 1>(hi89));
+  #pragma unroll
+      for (int j = 0; j < VB / 4; ++j) {
+        // [k0.b0, k1.b0, k0.b1, k1.b1] and [k0.b2, k1.b2, k0.b3, k1.b3]: dims 4j .. 4j + 3 as key pairs.
+        const uint32_t lo01 = __byte_perm(vw[0][j], vw[1][j], 0x5140), hi01 = __byte_perm(vw[0][j], vw[1][j], 0x7362);
+        const uint32_t lo89 = __byte_perm(vw[2][j], vw[3][j], 0x5140), hi89 = __byte_perm(vw[2][j], vw[3][j], 0x7362);
+        mma_16816<T>(o[4 * j + 0], pa, code_pair<T, kKind, 0>(lo01), code_pair<T, kKind, 0>(lo89));
+        mma_16816<T>(o[4 * j + 1], pa, code_pair<T, kKind, 1>(lo01), code_pair<T, kKind, 1>(lo89));
+        mma_16816<T>(o[4 * j + 2], pa, code_pair<T, kKind, 0>(hi01), code_pair<T, kKind, 0>(hi89));
+        mma_16816<T>(o[4 * j + 3], pa, code_pair<T, kKind, 1>(hi01), code_pair<T, kKind, 1>(hi89));
+      }
+      if constexpr (kBiased) mma_16816<T>(o[NT], pa, kNegBiasPair, kNegBiasPair);
     }
     if constexpr (kBiased) {
-      mma_16816<T>(o[NT], pa, kNegBiasPair, kNegBiasPair);
-      if (i % kBiasFoldTiles == kBiasFoldTiles - 1) fold_bias();
+      if (i % (kBiasFoldTiles / KK) == kBiasFoldTiles / KK - 1) fold_bias();  // every 64 warp tiles of 16 keys
     }
   }
   fold_bias();
@@ -411,48 +428,53 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
   }
 }
 
-template <typename T, KvQuant kKind, int D, int W>
+template <typename T, KvQuant kKind, int D, int W, int KPW>
 Status launch(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream) {
-  const auto kernel = mma_split_kernel<T, kKind, D, W>;
+  const auto kernel = mma_split_kernel<T, kKind, D, W, KPW>;
   static const cudaError_t opt_in =  // above 48 KB of dynamic shared memory, once per instance
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, W>());
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, W, KPW>());
   PVT_CU_CHECK(opt_in);
   const int chunks = (l.group + kMmaHeads - 1) / kMmaHeads;
   const dim3 grid(static_cast<unsigned>(l.splits), static_cast<unsigned>(p.attn.kv_heads * chunks),
                   static_cast<unsigned>(p.attn.batch));
-  return decode_cuda::launch_kernel(kernel, grid, 32 * W, smem_bytes<D, W>(), 1, l.programmatic, stream, p, l, ws);
+  return decode_cuda::launch_kernel(kernel, grid, 32 * W, smem_bytes<D, W, KPW>(), 1, l.programmatic, stream, p, l, ws);
 }
 
-template <typename T, KvQuant kKind, int D, int W>
+template <typename T, KvQuant kKind, int D, int W, int KPW>
 int resident() {
   static const int blocks =
-      decode_cuda::query_resident(mma_split_kernel<T, kKind, D, W>, 32 * W, smem_bytes<D, W>(), 1);
+      decode_cuda::query_resident(mma_split_kernel<T, kKind, D, W, KPW>, 32 * W, smem_bytes<D, W, KPW>(), 1);
   return blocks;
 }
 
-// The instance for head_dim, kind and the block's warps (4 or 8).
-constexpr KvQuant kI8 = KvQuant::kInt8, kF8 = KvQuant::kFp8E4M3;
+// f(kind, D, W, KPW) (integral constants) for the instance of p's kind and head_dim and the block's shape:
+// 4 warps of 16 keys, 8 of 16, or 4 of 32 (the plan never asks for 8 of 32).
+template <int N>
+using IntC = std::integral_constant<int, N>;
+template <class F>
+auto by_instance(const QuantAttentionParams& p, int warps, int warp_keys, F f) {
+  const bool d64 = p.attn.head_dim == 64;
+  auto shape = [&](auto kind) {
+    auto dim = [&](auto w, auto kpw) { return d64 ? f(kind, IntC<64>{}, w, kpw) : f(kind, IntC<128>{}, w, kpw); };
+    if (warps == 8) return dim(IntC<8>{}, IntC<16>{});
+    return warp_keys == 32 ? dim(IntC<4>{}, IntC<32>{}) : dim(IntC<4>{}, IntC<16>{});
+  };
+  return p.kind == KvQuant::kInt8 ? shape(std::integral_constant<KvQuant, KvQuant::kInt8>{})
+                                  : shape(std::integral_constant<KvQuant, KvQuant::kFp8E4M3>{});
+}
 
 template <typename T>
-int resident_of(const QuantAttentionParams& p, int warps) {
-  const bool i8 = p.kind == kI8, d64 = p.attn.head_dim == 64;
-  if (warps == 8) {
-    if (i8) return d64 ? resident<T, kI8, 64, 8>() : resident<T, kI8, 128, 8>();
-    return d64 ? resident<T, kF8, 64, 8>() : resident<T, kF8, 128, 8>();
-  }
-  if (i8) return d64 ? resident<T, kI8, 64, 4>() : resident<T, kI8, 128, 4>();
-  return d64 ? resident<T, kF8, 64, 4>() : resident<T, kF8, 128, 4>();
+int resident_of(const QuantAttentionParams& p, int warps, int warp_keys) {
+  return by_instance(p, warps, warp_keys, [](auto kind, auto d, auto w, auto kpw) {
+    return resident<T, decltype(kind)::value, decltype(d)::value, decltype(w)::value, decltype(kpw)::value>();
+  });
 }
 
 template <typename T>
 Status launch_of(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t s) {
-  const bool i8 = p.kind == kI8, d64 = p.attn.head_dim == 64;
-  if (l.warps == 8) {
-    if (i8) return d64 ? launch<T, kI8, 64, 8>(p, l, ws, s) : launch<T, kI8, 128, 8>(p, l, ws, s);
-    return d64 ? launch<T, kF8, 64, 8>(p, l, ws, s) : launch<T, kF8, 128, 8>(p, l, ws, s);
-  }
-  if (i8) return d64 ? launch<T, kI8, 64, 4>(p, l, ws, s) : launch<T, kI8, 128, 4>(p, l, ws, s);
-  return d64 ? launch<T, kF8, 64, 4>(p, l, ws, s) : launch<T, kF8, 128, 4>(p, l, ws, s);
+  return by_instance(p, l.warps, l.warp_keys, [&](auto kind, auto d, auto w, auto kpw) {
+    return launch<T, decltype(kind)::value, decltype(d)::value, decltype(w)::value, decltype(kpw)::value>(p, l, ws, s);
+  });
 }
 
 }  // namespace
@@ -463,8 +485,9 @@ bool mma_takes(const QuantAttentionParams& p, int device_major) {
          (p.attn.head_dim == 64 || p.attn.head_dim == 128);
 }
 
-int quant_mma_resident(const QuantAttentionParams& p, int warps) {
-  return p.attn.dtype == ScalarType::kFloat16 ? resident_of<__half>(p, warps) : resident_of<__nv_bfloat16>(p, warps);
+int quant_mma_resident(const QuantAttentionParams& p, int warps, int warp_keys) {
+  return p.attn.dtype == ScalarType::kFloat16 ? resident_of<__half>(p, warps, warp_keys)
+                                              : resident_of<__nv_bfloat16>(p, warps, warp_keys);
 }
 
 Status quant_mma_split(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream) {

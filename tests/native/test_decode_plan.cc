@@ -15,6 +15,7 @@
 #include "harness.h"
 #include "kernels/decode_attention_balance_plan.h"
 #include "kernels/decode_attention_plan.h"
+#include "kernels/kv_quant_attention_plan.h"
 
 using namespace pvt;
 using namespace pvt::decode_plan;
@@ -505,6 +506,45 @@ void test_balance(Report& r) {
 
 }
 
+// The 8-bit tensor-core plan (kv_quant_attention_plan.h) on the 132-SM device, 32 query heads (a block
+// takes a kv head's 1 or 4 query heads: blocks a split = B x Hkv): block shape and split count, the values
+// worked out by hand from the rules' comments (docs/QUANTIZED_CACHE.md's H200 runs).
+void test_quant_plan(Report& r) {
+  using namespace pvt::quant_plan;
+  struct Want { const char* name; int int8; int64_t D, blocks; int forced_warps, forced_keys, warps, warp_keys; };
+  const Want wants[] = {
+      {"fp8_gqa_b1", 0, 128, 8, 0, 0, 4, 32},        // fp8 at head_dim 128: 32 keys a warp everywhere
+      {"fp8_mha_b32", 0, 128, 1024, 0, 0, 4, 32},
+      {"int8_gqa_b1", 1, 128, 8, 0, 0, 4, 32},       // int8: only where one block holds an SM (8 x 16 <= 132)
+      {"int8_mha_b1", 1, 128, 32, 0, 0, 4, 16},      // 32 x 16 > 132
+      {"int8_gqa_b8", 1, 128, 64, 0, 0, 4, 16},
+      {"fp8_d64", 0, 64, 8, 0, 0, 4, 16},            // head_dim 64: not measured, 16 keys as before
+      {"int8_d64_gqa_b1", 1, 64, 8, 0, 0, 4, 16},
+      {"forced_8_warps", 0, 128, 8, 8, 0, 8, 16},    // 8 warps take 16 keys
+      {"forced_16_keys", 0, 128, 8, 0, 16, 4, 16},
+      {"forced_32_keys", 1, 128, 64, 0, 32, 4, 32},
+      {"forced_4_warps_32", 1, 64, 64, 4, 32, 4, 32},
+  };
+  for (const Want& w : wants) {
+    const std::string n = std::string("quant_plan.") + w.name;
+    const BlockShape s = choose_block_shape(w.int8 != 0, w.D, w.blocks, 132, w.forced_warps, w.forced_keys);
+    r.eq(s.warps, w.warps, n + ".warps");
+    r.eq(s.warp_keys, w.warp_keys, n + ".warp_keys");
+  }
+  // Splits: fewest that minimise waves x (tiles a split + 2) + a merge round trip per 16 splits.
+  r.eq(choose_mma_splits(256, 512, 128, 3 * 132), int64_t{3}, "quant_plan.splits.gqa_b32_32k");  // 768 blocks, 2 waves
+  r.eq(choose_mma_splits(64, 512, 128, 3 * 132), int64_t{6}, "quant_plan.splits.gqa_b8_32k");    // 384: one wave
+  r.eq(choose_mma_splits(8, 32, 16, 2 * 132), int64_t{16}, "quant_plan.splits.gqa_b1_4k_k32");  // 2 tiles of 128 each
+  r.eq(choose_mma_splits(8, 5, 16, 2 * 132), int64_t{5}, "quant_plan.splits.one_tile_each");
+  r.code(check_warp_keys(0, 0), Code::kOk, "quant_plan.warp_keys.plan");
+  r.code(check_warp_keys(0, 32), Code::kOk, "quant_plan.warp_keys.32_plan_warps");
+  r.code(check_warp_keys(4, 32), Code::kOk, "quant_plan.warp_keys.32_4_warps");
+  r.code(check_warp_keys(8, 16), Code::kOk, "quant_plan.warp_keys.16_8_warps");
+  r.code(check_warp_keys(8, 32), Code::kInvalidArgument, "quant_plan.warp_keys.32_8_warps");
+  r.code(check_warp_keys(0, 24), Code::kInvalidArgument, "quant_plan.warp_keys.24");
+  r.code(check_warp_keys(4, -16), Code::kInvalidArgument, "quant_plan.warp_keys.negative");
+}
+
 }  // namespace
 
 int main() {
@@ -515,5 +555,6 @@ int main() {
   test_two_per_sm(r);
   test_split_keys(r);
   test_balance(r);
+  test_quant_plan(r);
   return r.finish();
 }

@@ -143,6 +143,7 @@ struct AttnCase {
   Layout layout = kSeqMajor;
   int64_t splits = 0;  // > 0: DecodeOptions::splits (the merge of more than one chunk of partials)
   int warps = 0;       // > 0: DecodeOptions::mma_warps (the tensor-core kernel's blocks of 4 or 8 warps)
+  int warp_keys = 0;   // > 0: QuantAttentionParams::warp_keys (16 or 32 keys a warp of every tile)
 };
 
 // Whether quant_attention_cuda takes the tensor-core kernel for c (kv_quant_attention_cuda.cuh's
@@ -206,11 +207,13 @@ void test_attention(const AttnCase& c) {
                            std::to_string(D) + ".S" + std::to_string(S) + (c.varlen ? ".varlen" : "") +
                            (c.layout == kBatchMajor ? ".batch_major" : c.layout == kHeadMajor ? ".head_major" : "") +
                            (c.splits > 0 ? ".splits" + std::to_string(c.splits) : "") +
-                           (c.warps > 0 ? ".w" + std::to_string(c.warps) : "");
+                           (c.warps > 0 ? ".w" + std::to_string(c.warps) : "") +
+                           (c.warp_keys > 0 ? ".k" + std::to_string(c.warp_keys) : "");
   pvt::DecodeOptions opts;
   opts.splits = c.splits;
   opts.mma_warps = c.warps;
   if (c.splits > 0 || c.warps > 0) a.options = &opts;
+  p.warp_keys = c.warp_keys;
   // Host.
   std::vector<uint8_t> hout(B * Hq * D * elem_size(c.t));
   std::vector<float> hlse(B * Hq);
@@ -376,6 +379,7 @@ void set_bench_kind(pvt::QuantAttentionParams* p, int kind, const float* fp8_sca
 // the planner's count on GQA B = 32 S = 32k and B = 1 S = 4k, each kind (what Nsight Compute looks at).
 bool g_sweep_auto = false;  // --auto: the sweep's rows at the planner's count only
 int g_warps = 0;            // --warps N: the 8-bit tensor-core blocks of N warps in the sweep and bench
+int g_warp_keys = 0;        // --warp-keys N: ... of warps taking N keys of every tile (16 or 32)
 
 void sweep(bool profile) {
   cudaStream_t s;
@@ -420,6 +424,7 @@ void sweep(bool profile) {
         pvt::QuantAttentionParams p;
         p.attn = bench_attn(B, Hkv, S, q.p, out.p);
         p.attn.options = &opts;
+        p.warp_keys = g_warp_keys;
         set_bench_kind(&p, kind, fp8_scale.p, k[0], v[0], ks[0], vs[0]);  // the size asks for valid params
         pvt::DecodeAttentionParams& a = p.attn;
         const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
@@ -514,6 +519,7 @@ void bench() {
           pvt::DecodeOptions qopts;
           qopts.mma_warps = g_warps;
           if (g_warps > 0) p.attn.options = &qopts;
+          p.warp_keys = g_warp_keys;
           set_bench_kind(&p, kind, fp8_scale.p, kind == 0 ? k8[0] : ki[0], kind == 0 ? v8[0] : vi[0], ksc[0], vsc[0]);
           const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
           Dev<uint8_t> w(wsq);
@@ -544,24 +550,60 @@ void bench() {
 // The tensor-core kernel's cases: every query-group size up to two chunks of 16 heads (20: a partial
 // chunk), lengths around the 64-key tile and across splits, the three layouts, slots with a refused
 // entry. `types`: the 16-bit q types to run them with.
-// Each with blocks of 4 warps (64-key tiles) and of 8 (128-key tiles).
+// Each with every block shape: 4 warps of 16 keys (64-key tiles), 8 of 16 and 4 of 32 (128-key tiles).
 void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> types) {
+  struct Shape { int warps, warp_keys; };
   for (ScalarType t : types) {
     for (int64_t D : {64, 128}) {
-      for (int w : {4, 8}) {
-        for (int64_t G : {1, 2, 3, 4, 8, 16, 20, 32}) test_attention({kind, t, 2, 2 * G, 2, D, 333, false, kSeqMajor, 0, w});
-        for (int64_t S : {1, 63, 64, 65, 127, 128, 129, 4097}) test_attention({kind, t, 3, 8, 2, D, S, false, kSeqMajor, 0, w});
-        for (Layout lay : {kBatchMajor, kHeadMajor}) test_attention({kind, t, 2, 8, 2, D, 1000, false, lay, 0, w});
-        test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor, 0, w});
+      for (const Shape sh : {Shape{4, 16}, Shape{8, 16}, Shape{4, 32}}) {
+        const int w = sh.warps, k = sh.warp_keys;
+        for (int64_t G : {1, 2, 3, 4, 8, 16, 20, 32}) test_attention({kind, t, 2, 2 * G, 2, D, 333, false, kSeqMajor, 0, w, k});
+        for (int64_t S : {1, 63, 64, 65, 127, 128, 129, 4097}) test_attention({kind, t, 3, 8, 2, D, S, false, kSeqMajor, 0, w, k});
+        for (Layout lay : {kBatchMajor, kHeadMajor}) test_attention({kind, t, 2, 8, 2, D, 1000, false, lay, 0, w, k});
+        test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor, 0, w, k});
         // Forced split counts: one chunk of the merge (5), two (20), three (40 asked: 33 of 128 keys),
         // a partial last chunk each time; with lengths that end some splits early.
-        for (int64_t n : {5, 20, 40}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n, w});
+        for (int64_t n : {5, 20, 40}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n, w, k});
       }
     }
-    // One split of 20000 keys (313 tiles of 64): int8's bias (+1152 a code under float16 q) is folded
-    // out of O every 64 tiles; this is where the MMA's truncated float32 sums would show if it were not.
-    test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4});
+    // One split of 20000 keys (313 tiles of 64; 157 of 128 with 32 keys a warp): int8's bias (+1152 a
+    // code under float16 q) is folded out of O every 64 warp steps of 16 keys; this is where the MMA's
+    // truncated float32 sums would show if it were not.
+    test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 16});
+    test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 32});
   }
+}
+
+// A forced block shape the kernel does not have is refused before anything runs: warp_keys other than
+// 0, 16 or 32, or 32 keys with blocks of 8 warps (kInvalidArgument, the output untouched).
+void test_bad_warp_keys() {
+  const int64_t B = 1, Hq = 8, Hkv = 2, D = 128, S = 256;
+  Dev<__half> q(B * Hq * D), out(B * Hq * D);
+  Dev<uint8_t> k(S * B * Hkv * D), v(k.n), ws(1 << 20);
+  Dev<float> sc(Hkv);
+  CK(cudaMemset(out.p, 0x7b, out.n * 2));
+  pvt::QuantAttentionParams p;
+  p.attn = bench_attn(B, Hkv, S, q.p, out.p);
+  p.attn.q_heads = Hq;
+  const int64_t qs[4] = {Hq * D, Hq * D, D, 1};
+  std::copy(qs, qs + 4, p.attn.q_stride), std::copy(qs, qs + 4, p.attn.out_stride);
+  set_bench_kind(&p, 0, sc.p, k.p, v.p, nullptr, nullptr);
+  p.attn.workspace = ws.p, p.attn.workspace_bytes = ws.n;
+  pvt::DecodeOptions opts;
+  p.attn.options = &opts;
+  struct Bad { int warps, warp_keys; const char* name; };
+  for (const Bad bad : {Bad{0, 24, "24"}, Bad{0, -32, "negative"}, Bad{8, 32, "32_with_8_warps"}}) {
+    opts.mma_warps = bad.warps;
+    p.warp_keys = bad.warp_keys;
+    r.code(pvt::quant_attention_cuda(p, nullptr), pvt::Code::kInvalidArgument, std::string("warp_keys.") + bad.name);
+  }
+  CK(cudaDeviceSynchronize());
+  bool untouched = true;
+  for (const __half x : out.get()) untouched = untouched && *reinterpret_cast<const uint16_t*>(&x) == 0x7b7b;
+  r.check(untouched, "warp_keys.refused_output_untouched", "a refused call wrote the output");
+  opts.mma_warps = 0, p.warp_keys = 32;  // the plan's warps, 32 keys a warp: runs
+  r.ok(pvt::quant_attention_cuda(p, nullptr), "warp_keys.32_plan_warps");
+  CK(cudaDeviceSynchronize());
 }
 
 }  // namespace
@@ -569,7 +611,8 @@ void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> type
 // --no-bench: the checks only; --bench-only: the timings only; --tc-only: the tensor-core cases with
 // float16 q only (what compute-sanitizer runs: the kernel's memory accesses, at a memcheck's pace);
 // --sweep: the split-count sweep only (with --auto: the planner's count only); --profile: sweep's plain calls for a profiler;
-// --warps 4|8: the 8-bit tensor-core kernel's blocks forced to that many warps in the sweep and the bench.
+// --warps 4|8: the 8-bit tensor-core kernel's blocks forced to that many warps in the sweep and the bench;
+// --warp-keys 16|32: ... to warps of that many keys of every tile.
 int main(int argc, char** argv) {
   bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false;
   bool& sweep_auto = g_sweep_auto;
@@ -582,6 +625,7 @@ int main(int argc, char** argv) {
     profile = profile || arg == "--profile";
     sweep_auto = sweep_auto || arg == "--auto";
     if (arg == "--warps" && i + 1 < argc) g_warps = std::atoi(argv[++i]);
+    if (arg == "--warp-keys" && i + 1 < argc) g_warp_keys = std::atoi(argv[++i]);
   }
   if (sweep_only || profile) {
     sweep(profile);
@@ -604,6 +648,7 @@ int main(int argc, char** argv) {
       test_attention({kind, ScalarType::kFloat16, 4, 8, 2, 128, 2000, true});    // slots, lengths, a refused entry
       test_tensor_core_cases(kind, {ScalarType::kFloat16, ScalarType::kBFloat16});
     }
+    test_bad_warp_keys();
   }
   if (!no_bench && !tc_only) bench();
   return r.finish();

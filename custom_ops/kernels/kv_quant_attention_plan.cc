@@ -1,0 +1,52 @@
+// The tensor-core plan over 8-bit caches (kv_quant_attention_plan.h); the measurements behind each rule
+// are in docs/QUANTIZED_CACHE.md (H200).
+#include "kv_quant_attention_plan.h"
+
+#include <algorithm>
+#include <string>
+
+namespace pvt {
+namespace quant_plan {
+
+// The count used to be one wave of blocks rounded UP (GQA B = 32: 2 splits, 512 blocks on 396 slots, a
+// second wave of 116; B = 8: 7 splits, 448 blocks), which left most of the SMs idle for the last part of
+// the call: 3.4-3.6 TB/s of codes where MHA B = 32 (2.6 waves) read 4.0. A sweep of forced counts
+// (test_kv_quant_cuda --sweep, H200) found this count within noise of the best on 47 of 48 rows.
+int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t slots) {
+  slots = std::max<int64_t>(1, slots);
+  int64_t best = 1, best_cost = INT64_MAX;
+  for (int64_t s = 1; s <= std::min<int64_t>({tiles, most, kMaxSplits}); ++s) {
+    const int64_t per = (tiles + s - 1) / s, waves = (blocks * s + slots - 1) / slots;
+    const int64_t cost = waves * (per + kBlockCostTiles) + (s > 1 ? (s + kMergeAtOnce - 1) / kMergeAtOnce : 0);
+    if (cost < best_cost) best = s, best_cost = cost;
+  }
+  return best;
+}
+
+Status check_warp_keys(int mma_warps, int warp_keys) {
+  if ((warp_keys != 0 && warp_keys != 16 && warp_keys != 32) || (warp_keys == 32 && mma_warps == 8)) {
+    return Status(Code::kInvalidArgument, "quant_attention_cuda: warp_keys must be 0, 16 or 32, and 32 only with "
+                                          "blocks of 4 warps; got warp_keys " + std::to_string(warp_keys) +
+                                              " with mma_warps " + std::to_string(mma_warps));
+  }
+  return Status::Ok();
+}
+
+// 4 warps. 32 keys a warp (tiles of 128 keys: four independent Q K^T chains a warp, half the barriers and
+// softmax reductions a key; 208-230 registers, 2 blocks an SM) at head_dim 128 for fp8 everywhere, and for
+// int8 where a split's blocks are at most 1/16 of the SMs (one block an SM: GQA B = 1); else 16 keys a warp
+// (166-168 registers, 3 blocks an SM). H200, 2026-12-02, float16 q (docs/QUANTIZED_CACHE.md): fp8 0.4-14%
+// faster with 32 keys on 21 of 24 rows (GQA B = 1 64k: 42.5 against 49.4 us), slower on two (GQA B = 1 4k
+// by 0.2 us, MHA B = 32 64k by 3.7%, a row whose runs spread 4.5%); int8 1.7-13% faster at GQA B = 1 and
+// 2-16% slower at 19 of the other 20 rows (GQA B = 8 32k: 184.6 against 174.1 us; int8's longer chains
+// want the third block an SM). Blocks of 8 warps (16 keys), the rule before for GQA B = 1 from 8k keys,
+// lost to 32-key warps there (fp8 / int8 at 16k: 19.6 / 21.5 against 20.5 / 22.1 us); forced only now.
+BlockShape choose_block_shape(bool int8, int64_t head_dim, int64_t blocks, int sms, int forced_warps, int forced_keys) {
+  const int warps = forced_warps != 0 ? forced_warps : 4;
+  if (forced_keys != 0 || warps == 8) return BlockShape{warps, forced_keys != 0 ? forced_keys : 16};
+  const bool one_block_an_sm = blocks * 16 <= sms;
+  return BlockShape{warps, head_dim == 128 && (!int8 || one_block_an_sm) ? 32 : 16};
+}
+
+}  // namespace quant_plan
+}  // namespace pvt

@@ -1,0 +1,39 @@
+// The tensor-core plan of decode attention over an 8-bit cache (kv_quant_attention_cuda.cu launches it):
+// block shape (warps, keys a warp) and split count. Pure host code over plain numbers (the shapes, the
+// SM count, the instance's occupancy), so it is tested without a GPU (tests/native/test_decode_plan.cc,
+// test_quant_plan).
+#pragma once
+
+#include <cstdint>
+
+#include "../core/status.h"
+
+namespace pvt {
+namespace quant_plan {
+
+constexpr int64_t kMaxSplits = 128;
+constexpr int kMergeAtOnce = 16;        // splits the merge kernel loads per L2 round trip
+constexpr int64_t kBlockCostTiles = 2;  // a block's fixed cost (q, pipeline prologue, its merge) in tiles
+constexpr int64_t kMinKeysPerSplit = 256;
+
+// The fewest splits that minimise waves x (tiles a split + kBlockCostTiles), plus a merge round trip per
+// kMergeAtOnce splits, for `blocks` blocks a split over `tiles` tiles of keys, `slots` blocks resident at
+// once, at most `most` splits (and kMaxSplits, and one tile a split).
+int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t slots);
+
+// The forced block shape is one the kernel has: mma_warps (DecodeOptions) 0, 4 or 8 is checked by the
+// float16 planner's check_options; warp_keys (QuantAttentionParams) must be 0, 16 or 32, and 32 only
+// with blocks of 4 warps. kInvalidArgument otherwise.
+Status check_warp_keys(int mma_warps, int warp_keys);
+
+// The block's shape: `warps` warps (4, or 8 only where forced: DecodeOptions::mma_warps) of `warp_keys`
+// keys of every tile (16 or 32), for a cache of `int8` codes (else fp8) at head_dim, `blocks` blocks a
+// split, `sms` SMs; forced_warps / forced_keys (0: the rule's) as the options give them, after
+// check_warp_keys has accepted them.
+struct BlockShape {
+  int warps, warp_keys;
+};
+BlockShape choose_block_shape(bool int8, int64_t head_dim, int64_t blocks, int sms, int forced_warps, int forced_keys);
+
+}  // namespace quant_plan
+}  // namespace pvt
