@@ -24,11 +24,12 @@
 // cache fenced by the doorbell's counters (SlotCache::use_counters). The step path is reserve_batch
 // + ring (one store to host-mapped memory): no driver call. The step's wall time (host step start
 // to the device's done, minus the model's step) shows what the gate adds on the device.
-// Usage: bench_inflight_step [--cover] [--focus] [--pin] [--slots N]
+// Usage: bench_inflight_step [--cover] [--focus] [--pin] [--slots N] [--doorbell-only] [--plain-wait]
 //   --cover: the zero cover at 64 MiB (doubles the driver time of each mapping; default off, the
 //   library's default); --focus: only (a) and (c), the graph launch and the doorbell on a watched
 //   cache (400 / 1600 steps: 100 crossing steps), no time to first token; --pin: the mapper and
-//   launcher threads on CPUs 1.., this (step) thread on CPU 0; --slots N: only N slots.
+//   launcher threads on CPUs 1.., this (step) thread on CPU 0; --slots N: only N slots;
+//   --doorbell-only (with --focus): the doorbell's rows alone; --plain-wait: see g_plain_wait.
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <sched.h>
@@ -149,6 +150,10 @@ const char* name(Mapping m) {
   }
   return "?";
 }
+
+// --plain-wait: the step thread waits for a doorbell step in a loop of plain loads (no pause
+// instruction, so a hypervisor's pause-loop exits cannot take its CPU between steps).
+bool g_plain_wait = false;
 
 // --pin (pin_threads): the background threads' CPUs (1..) and the step thread's (0).
 bool g_pinned = false;
@@ -304,7 +309,19 @@ void run_pattern(Ctx& c, Mapping mode, char pattern, int steps, double step_ms) 
     len = next;
     // The step's tokens to the host (sampling): not host work.
     if (mode == Mapping::kDoorbell) {
-      if (!graph->doorbell->wait_done(rung, 5e6, /*yield_after_us: spin, as sampling on its own CPU*/ 5e6)) {
+      bool finished = true;
+      if (g_plain_wait) {
+        const double until = now_us() + 5e6;
+        for (uint32_t i = 1; graph->doorbell->done() < rung; ++i) {
+          if ((i & 4095) == 0 && now_us() > until) {
+            finished = false;
+            break;
+          }
+        }
+      } else {
+        finished = graph->doorbell->wait_done(rung, 5e6, /*yield_after_us: spin, as sampling on its own CPU*/ 5e6);
+      }
+      if (!finished) {
         std::printf("FAIL step %llu did not finish within 5 s\n", static_cast<unsigned long long>(rung));
         std::exit(1);
       }
@@ -393,6 +410,8 @@ std::shared_ptr<SlotCache> make_cache(int slots, size_t chunk) {
 // Command-line options (usage at the top of the file).
 struct Options {
   bool cover = false, focus = false, pin = false;
+  bool doorbell_only = false;  // --doorbell-only: with --focus, only the doorbell's rows
+  bool plain_wait = false;     // --plain-wait: wait for the step in a loop of loads (no pause)
   int only_slots = 0;  // 0: 64 and 256
 };
 
@@ -405,10 +424,15 @@ Options parse(int argc, char** argv) {
       o.focus = true;
     } else if (std::strcmp(argv[i], "--pin") == 0) {
       o.pin = true;
+    } else if (std::strcmp(argv[i], "--doorbell-only") == 0) {
+      o.doorbell_only = true;
+    } else if (std::strcmp(argv[i], "--plain-wait") == 0) {
+      o.plain_wait = true;
     } else if (std::strcmp(argv[i], "--slots") == 0 && i + 1 < argc) {
       o.only_slots = std::atoi(argv[++i]);
     } else {
-      std::printf("FAIL unknown argument %s (bench_inflight_step [--cover] [--focus] [--pin] [--slots N])\n", argv[i]);
+      std::printf("FAIL unknown argument %s (bench_inflight_step [--cover] [--focus] [--pin] [--slots N] "
+                  "[--doorbell-only] [--plain-wait])\n", argv[i]);
       std::exit(2);
     }
   }
@@ -435,15 +459,17 @@ void pin_threads() {
 
 int main(int argc, char** argv) {
   const Options opt = parse(argc, argv);
+  g_plain_wait = opt.plain_wait;
   Backend* b = nullptr;
   OK(get_backend(kGpu, &b));
   OK(b->set_zero_granule(opt.cover ? size_t(64) << 20 : 0));
   if (opt.pin) pin_threads();
   int clock_khz = 0;
   CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
-  std::printf("zero cover granule %zu MiB; SM clock %d MHz; mapper thread SCHED_BATCH once started; %s\n",
+  std::printf("zero cover granule %zu MiB; SM clock %d MHz; mapper thread SCHED_BATCH once started; %s; doorbell wait: %s\n",
               b->zero_granule() >> 20, clock_khz / 1000,
-              opt.pin ? "pinned: step thread on CPU 0, mapper on CPUs 1.." : "threads not pinned");
+              opt.pin ? "pinned: step thread on CPU 0, mapper on CPUs 1.." : "threads not pinned",
+              opt.plain_wait ? "plain loads" : "pause loop");
   std::printf("| slots | mapping | pattern | crossings/step | steps timed | p50 us | p99 us | max us | each kind of call on the step path: p50/p99/max us |\n"
               "|---|---|---|---:|---:|---:|---:|---:|---|\n");
   for (int slots : {64, 256}) {
@@ -454,7 +480,8 @@ int main(int argc, char** argv) {
     c.cache = make_cache(slots, kChunk);
     CK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
     const double step_ms = slots == 64 ? 8.0 : 16.0;  // about a Llama-3-8B decode step at that batch
-    const std::vector<Mapping> modes = opt.focus ? std::vector<Mapping>{Mapping::kGraph, Mapping::kDoorbell}
+    const std::vector<Mapping> modes = opt.focus && opt.doorbell_only ? std::vector<Mapping>{Mapping::kDoorbell}
+                                       : opt.focus ? std::vector<Mapping>{Mapping::kGraph, Mapping::kDoorbell}
                                                  : std::vector<Mapping>{Mapping::kBefore, Mapping::kNextStep,
                                                                         Mapping::kChunkAhead, Mapping::kGraph,
                                                                         Mapping::kDoorbell};
