@@ -34,7 +34,6 @@ namespace {
 
 using quant_cuda::EntryView;
 using quant_cuda::entry_of;
-using quant_cuda::kLn2;
 using quant_cuda::kLog2e;
 using quant_cuda::Launch;
 using quant_cuda::partial_at;
@@ -48,9 +47,6 @@ constexpr int kWarps = 4;
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ void from_float(float v, float* d) { *d = v; }
-__device__ __forceinline__ void from_float(float v, __half* d) { *d = __float2half_rn(v); }
-__device__ __forceinline__ void from_float(float v, __nv_bfloat16* d) { *d = __float2bfloat16_rn(v); }
 
 // 16 codes (one uint4) -> 16 floats, unscaled.
 template <KvQuant kKind>
@@ -211,10 +207,7 @@ __global__ void merge_kernel(QuantAttentionParams p, Launch l, const float* ws) 
     }
     decode_cuda::fold_partials(mj, lj, oj, l.splits - s0, &mx, &lsum, &o, [](float x) { return exp2f(x); });
   }
-  const int64_t row_stride = a.cu_seqlens_q ? a.out_stride[1] : a.out_stride[0];
-  T* out = static_cast<T*>(a.out) + e.q_row * row_stride + h * a.out_stride[2];
-  from_float(lsum > 0.f ? o / lsum : 0.f, out + threadIdx.x * a.out_stride[3]);
-  if (threadIdx.x == 0 && a.lse) a.lse[e.q_row * a.q_heads + h] = lsum > 0.f ? mx * kLn2 + logf(lsum) : -INFINITY;
+  quant_cuda::write_head<T>(a, e, h, threadIdx.x, mx, lsum, o);
 }
 
 Status plan(const QuantAttentionParams& p, Launch* l) {
@@ -295,6 +288,7 @@ Status run(const QuantAttentionParams& p, const Launch& l, cudaStream_t stream) 
       PVT_CU_CHECK(cudaGetLastError());
     }
   }
+  if (l.mma_writes_rows()) return Status::Ok();  // one split: the tensor-core kernel wrote the rows
   // Programmatic dependent launch (Hopper): the merge is placed while the split kernel ends.
   return decode_cuda::launch_kernel(merge_kernel<T, D>, dim3(static_cast<unsigned>(a.batch * a.q_heads)), D, 0, 1,
                                     l.programmatic, stream, p, l, static_cast<const float*>(ws));

@@ -1,7 +1,8 @@
-// What the CUDA kernels over 8-bit caches share: the split plan, what an entry reads, and the
-// workspace of partial softmax states that merge_kernel (kv_quant_attention_cuda.cu) combines. Two
-// kernels write those partials: the CUDA-core one (kv_quant_attention_cuda.cu) and the tensor-core
-// one (kv_quant_attention_mma_cuda.cu).
+// What the CUDA kernels over 8-bit caches share: the split plan, what an entry reads, the workspace of
+// partial softmax states that merge_kernel (kv_quant_attention_cuda.cu) combines, and how a merged
+// state becomes an output row. Two kernels write those partials: the CUDA-core one
+// (kv_quant_attention_cuda.cu) and the tensor-core one (kv_quant_attention_mma_cuda.cu), which writes
+// its rows itself where it has one split (Launch::mma_writes_rows: no merge kernel).
 // Internal to the CUDA build of the kernels; include only from .cu files compiled by nvcc.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <cstdint>
 
 #include "../core/status.h"
+#include "float_convert_cuda.cuh"
 #include "kv_quant_attention.h"
 
 namespace pvt {
@@ -28,6 +30,8 @@ struct Launch {
   int warps = 4;     // ... in blocks of this many warps (4 or 8), over tiles of mma_tile_keys(warps, warp_keys) keys
   int warp_keys = 16;  // ... each warp taking this many keys of a tile (16, or 32 with 4 warps)
   bool programmatic = true;  // tensor-core split and merge as programmatic dependent launches (!options.no_pdl)
+  // The tensor-core kernel with one split writes its rows itself and merge_kernel is not launched.
+  __host__ __device__ bool mma_writes_rows() const { return mma && splits == 1; }
 };
 
 // What entry b reads: its query row (-1: none), cache row and key count (0 when refused).
@@ -52,6 +56,18 @@ __device__ __forceinline__ EntryView entry_of(const DecodeAttentionParams& a, in
 __device__ __forceinline__ int64_t partial_at(const DecodeAttentionParams& a, const Launch& l, int64_t b, int64_t h,
                                               int split) {
   return ((b * a.q_heads + h) * l.splits + split) * (a.head_dim + 2);
+}
+
+// Output element d of query head h of entry e (which has a query) from a merged softmax state: max m (log2
+// units), sum l and unnormalised accumulator acc; at d == 0 also its lse (natural log; -inf where no key
+// was seen, the output then zeros). What merge_kernel and the tensor-core kernel's own merge end with.
+template <typename T>
+__device__ __forceinline__ void write_head(const DecodeAttentionParams& a, const EntryView& e, int64_t h, int64_t d,
+                                           float m, float l, float acc) {
+  const int64_t row_stride = a.cu_seqlens_q ? a.out_stride[1] : a.out_stride[0];
+  T* out = static_cast<T*>(a.out) + e.q_row * row_stride + h * a.out_stride[2];
+  out[d * a.out_stride[3]] = cuda_float::from_float<T>(l > 0.f ? acc / l : 0.f);
+  if (d == 0 && a.lse) a.lse[e.q_row * a.q_heads + h] = l > 0.f ? m * kLn2 + logf(l) : -INFINITY;
 }
 
 // Tensor-core path (kv_quant_attention_mma_cuda.cu): a block takes up to 16 query heads of one kv

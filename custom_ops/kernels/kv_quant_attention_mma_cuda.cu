@@ -7,8 +7,9 @@
 // head, chunk of 16 query heads, split of the keys); tiles of KPW W keys' codes (KPW = 16, or 32 with 4
 // warps: the plan's choose_block_shape, kv_quant_attention_plan.h) and their int8
 // scales go to shared memory by cp.async, 3 or 4 stages deep; warp w takes keys [KPW w, KPW w + KPW) of
-// every tile with its own online softmax (KPW / 8 independent Q K^T chains); the warps merge at the end
-// and write the split's partial state (kv_quant_attention_cuda.cuh), which merge_kernel finishes.
+// every tile with its own online softmax (KPW / 8 independent Q K^T chains); the warps merge at the end,
+// and the block writes its rows (one split) or the split's partial state to the workspace
+// (kv_quant_attention_cuda.cuh) for merge_kernel.
 //
 // Codes become 16-bit MMA operands in registers, straight from shared memory (ldmatrix moves 16-bit
 // elements only), in orders that need no shuffles:
@@ -405,6 +406,9 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
     }
   }
   __syncthreads();
+  // The block's rows merged over its warps: written (one split: no merge kernel, 1-2 us less at B = 1 on the
+  // H200, docs/QUANTIZED_CACHE.md) or left in the workspace for merge_kernel.
+  const int64_t head0 = static_cast<int64_t>(hk) * l.group + h0;  // the chunk's first query head
   for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) {
     const int r = idx / D, d = idx % D;
     float mx = -INFINITY;
@@ -419,13 +423,18 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
         acc += sm_o[(w * kMmaHeads + r) * D + d] * c;
       }
     }
-    float* out = ws + partial_at(a, l, b, static_cast<int64_t>(hk) * l.group + h0 + r, split);
-    out[2 + d] = acc;
-    if (d == 0) {
-      out[0] = mx;
-      out[1] = sum;
+    if (l.mma_writes_rows()) {
+      if (e.q_row >= 0) write_head<T>(a, e, head0 + r, d, mx, sum, acc);
+    } else {
+      float* out = ws + partial_at(a, l, b, head0 + r, split);
+      out[2 + d] = acc;
+      if (d == 0) {
+        out[0] = mx;
+        out[1] = sum;
+      }
     }
   }
+  if (l.mma_writes_rows() && threadIdx.x == 0 && e.refused && a.error_flag) *a.error_flag = 1;
 }
 
 template <typename T, KvQuant kKind, int D, int W, int KPW>

@@ -531,11 +531,16 @@ void test_quant_plan(Report& r) {
     r.eq(s.warps, w.warps, n + ".warps");
     r.eq(s.warp_keys, w.warp_keys, n + ".warp_keys");
   }
-  // Splits: fewest that minimise waves x (tiles a split + 2) + a merge round trip per 16 splits.
+  // Splits: fewest that minimise waves x (tiles a split + 2) + with 2 or more the merge kernel (2) and a
+  // round trip per 16 splits.
   r.eq(choose_mma_splits(256, 512, 128, 3 * 132), int64_t{3}, "quant_plan.splits.gqa_b32_32k");  // 768 blocks, 2 waves
   r.eq(choose_mma_splits(64, 512, 128, 3 * 132), int64_t{6}, "quant_plan.splits.gqa_b8_32k");    // 384: one wave
   r.eq(choose_mma_splits(8, 32, 16, 2 * 132), int64_t{16}, "quant_plan.splits.gqa_b1_4k_k32");  // 2 tiles of 128 each
   r.eq(choose_mma_splits(8, 5, 16, 2 * 132), int64_t{5}, "quant_plan.splits.one_tile_each");
+  // One split needs no merge kernel (kMergeKernelTiles = 2): 6 tiles in one wave, 1 split 6 + 2 = 8 against
+  // 2 splits' 3 + 2 + 1 + 2 = 8, a tie the fewer splits take.
+  r.eq(choose_mma_splits(100, 6, 16, 2 * 132), int64_t{1}, "quant_plan.splits.one_split_no_merge");
+  r.eq(choose_mma_splits(100, 8, 16, 2 * 132), int64_t{2}, "quant_plan.splits.two_splits_still_pay");
   r.code(check_warp_keys(0, 0), Code::kOk, "quant_plan.warp_keys.plan");
   r.code(check_warp_keys(0, 32), Code::kOk, "quant_plan.warp_keys.32_plan_warps");
   r.code(check_warp_keys(4, 32), Code::kOk, "quant_plan.warp_keys.32_4_warps");

@@ -256,9 +256,19 @@ void test_attention(const AttnCase& c) {
     }
     const size_t ws_bytes = pvt::quant_attention_cuda_workspace_bytes(dp);
     Dev<uint8_t> ws(ws_bytes);
+    CK(cudaMemset(ws.p, 0xa5, ws.n));
     dp.attn.workspace = ws.p, dp.attn.workspace_bytes = ws_bytes;
     if (!r.ok(pvt::quant_attention_cuda(dp, nullptr), dname + ".launch")) continue;
     CK(cudaDeviceSynchronize());
+    // Which path ran, seen from the workspace: one forced split of the tensor-core kernel writes the rows
+    // itself and leaves it untouched; more splits write their partials there for merge_kernel.
+    if (tensor_cores && c.splits > 0) {
+      bool untouched = true;
+      for (const uint8_t x : ws.get()) untouched = untouched && x == 0xa5;
+      const bool own = c.splits == 1;
+      r.check(untouched == own, dname + ".rows_written_by_split_kernel",
+              own ? "the workspace was written: merge_kernel's path" : "the workspace was not written");
+    }
     auto got = from_bytes(dout.get(), c.t), want = from_bytes(hout, c.t);
     auto glse = dlse.get();
     std::vector<float> wlse = hlse;
@@ -380,6 +390,7 @@ void set_bench_kind(pvt::QuantAttentionParams* p, int kind, const float* fp8_sca
 bool g_sweep_auto = false;  // --auto: the sweep's rows at the planner's count only
 int g_warps = 0;            // --warps N: the 8-bit tensor-core blocks of N warps in the sweep and bench
 int g_warp_keys = 0;        // --warp-keys N: ... of warps taking N keys of every tile (16 or 32)
+int64_t g_batch = 0;        // --batch N: the sweep's and the bench's rows of batch N only
 
 void sweep(bool profile) {
   cudaStream_t s;
@@ -393,6 +404,7 @@ void sweep(bool profile) {
   if (!profile) {  // bench()'s rows
     for (int64_t Hkv : {8, 32}) {
       for (int64_t B : {1, 8, 32}) {
+        if (g_batch > 0 && B != g_batch) continue;
         for (int64_t S : {4096, 16384, 32768, 65536}) rows.push_back(Row{Hkv, B, S});
       }
     }
@@ -476,6 +488,7 @@ void bench() {
   const int64_t Hq = 32, D = 128;
   for (int64_t Hkv : {8, 32}) {
     for (int64_t B : {1, 8, 32}) {
+      if (g_batch > 0 && B != g_batch) continue;
       for (int64_t S : {4096, 16384, 32768, 65536}) {
         const size_t elems = static_cast<size_t>(S) * B * Hkv * D;
         const size_t f16_bytes = 2 * elems * 2;  // K and V
@@ -564,6 +577,9 @@ void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> type
         // Forced split counts: one chunk of the merge (5), two (20), three (40 asked: 33 of 128 keys),
         // a partial last chunk each time; with lengths that end some splits early.
         for (int64_t n : {5, 20, 40}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n, w, k});
+        // One split: the block writes its rows, no merge kernel (a refused entry among them); and 2 splits.
+        for (int64_t n : {1, 2}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n, w, k});
+        test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor, 1, w, k});
       }
     }
     // One split of 20000 keys (313 tiles of 64; 157 of 128 with 32 keys a warp): int8's bias (+1152 a
@@ -612,7 +628,8 @@ void test_bad_warp_keys() {
 // float16 q only (what compute-sanitizer runs: the kernel's memory accesses, at a memcheck's pace);
 // --sweep: the split-count sweep only (with --auto: the planner's count only); --profile: sweep's plain calls for a profiler;
 // --warps 4|8: the 8-bit tensor-core kernel's blocks forced to that many warps in the sweep and the bench;
-// --warp-keys 16|32: ... to warps of that many keys of every tile.
+// --warp-keys 16|32: ... to warps of that many keys of every tile; --batch N: the sweep's and the bench's rows
+// of batch N only.
 int main(int argc, char** argv) {
   bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false;
   bool& sweep_auto = g_sweep_auto;
@@ -626,6 +643,7 @@ int main(int argc, char** argv) {
     sweep_auto = sweep_auto || arg == "--auto";
     if (arg == "--warps" && i + 1 < argc) g_warps = std::atoi(argv[++i]);
     if (arg == "--warp-keys" && i + 1 < argc) g_warp_keys = std::atoi(argv[++i]);
+    if (arg == "--batch" && i + 1 < argc) g_batch = std::atoll(argv[++i]);
   }
   if (sweep_only || profile) {
     sweep(profile);
