@@ -58,6 +58,10 @@ struct DecodeOptions {
   // > 0: the rule's budget, this many blocks an SM, instead of its choice by shape (budget_of in
   // decode_attention_balance_plan.cc); a knob for measuring other budgets with the device's choice kept.
   int balance_blocks_per_sm = 0;
+  // true: split partials merged by merge_splits_kernel even where the caller gave split counters
+  // (DecodeAttentionParams::split_counters), the merge in the last block to finish not used; a knob for
+  // comparing the two. Fixed splits (split_keys) always take the merge kernel.
+  bool merge_kernel = false;
 };
 
 // What split_keys must be a multiple of: every kernel's unit of keys (a tensor-core tile is at most 128).
@@ -125,6 +129,20 @@ struct DecodeAttentionParams {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 
+  // CUDA only: counters for merging the splits in the last block to finish (TensorRT-LLM XQA's design;
+  // decode_attention_merge_cuda.cuh), one int32 per (entry, kv head, row group) of the tensor-core kernel:
+  // decode_attention_cuda_split_counter_count(p) of them (0: the plan does not use them). Each split
+  // block writes its partials to the workspace and adds one to its row group's counter; the block that
+  // brings it to the row group's split count merges every split's partials and writes the rows, then sets
+  // the counter back to 0, so no second kernel runs. Contract: zero before the first call, and every call
+  // that completes leaves them zero again (graph replays included: no memset between calls). A call that
+  // faults mid-way may leave them nonzero (the CUDA context is unusable after a fault anyway). Calls that
+  // may run at the same time (two streams, two graphs replayed on two streams) must not share counters;
+  // calls ordered on one stream may. Null: merge_splits_kernel merges (the behaviour before them).
+  // Given with fewer than the count needed: kInvalidArgument.
+  int32_t* split_counters = nullptr;
+  int64_t split_counter_count = 0;
+
   // CUDA only: benchmark and test knobs; null means the defaults (DecodeOptions{}).
   const DecodeOptions* options = nullptr;
 };
@@ -141,6 +159,8 @@ Status decode_attention_cpu(const DecodeAttentionParams& p);
 // see decode_attention_plan.h: decode_attention_cuda_plan and decode_attention_cuda_run.)
 constexpr int64_t kCudaMaxHeadDim = 256;
 size_t decode_attention_cuda_workspace_bytes(const DecodeAttentionParams& p);
+// The split counters the plan of p would use (DecodeAttentionParams::split_counters), or 0.
+int64_t decode_attention_cuda_split_counter_count(const DecodeAttentionParams& p);
 // Queues the attention on `stream` (a cudaStream_t) and returns the launch status.
 Status decode_attention_cuda(const DecodeAttentionParams& p, void* stream);
 

@@ -106,6 +106,8 @@ struct Workspace {
   float* acc = nullptr;  // [splits, rows_total, D]
   float* ml = nullptr;   // [splits, rows_total, 2]: running max, sum
   int32_t* balance_chunk = nullptr;  // balanced splits: the split size the blocks chose, in kSplitKeysUnit keys
+  int32_t* counters = nullptr;  // non-null: the last block of a row group to finish merges its splits
+                                // (DecodeAttentionParams::split_counters; finish_block), not merge_splits_kernel
 };
 
 // What one entry b sees, from the optional variable-length arrays (decode_attention.h).

@@ -14,8 +14,9 @@
 //     several rows per kv head; K/V tiles staged in shared memory by cp.async, one row per warp.
 // With several splits of a short context, the tensor-core kernel on Hopper launches the splits of a
 // kv head as one thread-block cluster and merges them through distributed shared memory at the end;
-// otherwise merge_splits_kernel merges the partials from the workspace (decode_attention_merge_cuda.cuh),
-// launched as a programmatic dependent launch. The main kernels are launched that way too, behind
+// otherwise the last block of each row group to finish merges the partials from the workspace where the
+// caller gave split counters (DecodeAttentionParams::split_counters), or merge_splits_kernel does
+// (decode_attention_merge_cuda.cuh), launched as a programmatic dependent launch. The main kernels are launched that way too, behind
 // whatever kernel is ahead on the stream (programmatic_launch_cuda.cuh): their launch overlaps its end,
 // and each waits for it before touching memory.
 //
@@ -205,8 +206,12 @@ Status occupancy_of(const DecodeAttentionParams& p, const Plan& plan, decode_pla
 template <typename T>
 Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream_t stream) {
   Workspace ws;
-  const bool merge_kernel = plan.splits > 1 && !plan.cluster;
-  if (merge_kernel) {
+  // Split counters where the plan can use them and the caller gave them: the last block of each row group
+  // merges (finish_block), no merge kernel.
+  const bool last_block_merge = plan.split_counters > 0 && p.split_counters != nullptr;
+  const bool merge_kernel = plan.splits > 1 && !plan.cluster && !last_block_merge;
+  if (last_block_merge) ws.counters = p.split_counters;
+  if (plan.splits > 1 && !plan.cluster) {
     ws.acc = static_cast<float*>(p.workspace);
     ws.ml = ws.acc + plan.splits * plan.rows_total * p.head_dim;
     if (plan.balance_blocks > 0) {  // the split size the balanced blocks chose, after the partials
@@ -286,6 +291,10 @@ Status decode_attention_cuda_run(const DecodeAttentionParams& p, const Plan& pla
                                               std::to_string(plan.workspace_bytes) + " bytes, got " +
                                               std::to_string(p.workspace_bytes));
   }
+  if (p.split_counters != nullptr && p.split_counter_count < plan.split_counters) {
+    return Status(Code::kInvalidArgument, "decode_attention_cuda: needs " + std::to_string(plan.split_counters) +
+                                              " split counters, got " + std::to_string(p.split_counter_count));
+  }
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   return by_dtype(p.dtype, [&](auto t) { return launch_typed<decltype(t)>(p, plan, s); });
 }
@@ -293,6 +302,11 @@ Status decode_attention_cuda_run(const DecodeAttentionParams& p, const Plan& pla
 size_t decode_attention_cuda_workspace_bytes(const DecodeAttentionParams& p) {
   Plan plan;
   return decode_attention_cuda_plan(p, &plan).ok() ? plan.workspace_bytes : 0;
+}
+
+int64_t decode_attention_cuda_split_counter_count(const DecodeAttentionParams& p) {
+  Plan plan;
+  return decode_attention_cuda_plan(p, &plan).ok() ? plan.split_counters : 0;
 }
 
 Status decode_attention_cuda(const DecodeAttentionParams& p, void* stream) {

@@ -9,7 +9,10 @@
 //     y); they read each other's partials through distributed shared memory and each writes a share of
 //     the rows: no workspace round trip and no second kernel, which is what the latency-bound short
 //     contexts pay for otherwise (plan_cluster in decode_attention_plan.cc). Otherwise: the partials go
-//     to the workspace, for merge_splits_kernel.
+//     to the workspace, for merge_splits_kernel, or, where the caller gave split counters
+//     (DecodeAttentionParams::split_counters), for the last block of the row group to finish, which merges
+//     them there (TensorRT-LLM XQA's design: no second kernel, whose launch and tail cost 5.3-5.8 us on the
+//     H200 after a skewed per-slot batch, docs/H200_DECODE_PARITY.md).
 // Internal to the CUDA build of the kernels; include only from .cu files compiled by nvcc.
 #pragma once
 
@@ -22,14 +25,38 @@
 namespace pvt {
 namespace decode_cuda {
 
+// Element d (of D) of workspace row g (in [B, Hq, Tq]) merged over the first `splits` splits' partials into
+// (m, l, a). Each split's (m, l) and accumulator for the element are loaded kMergeChunk splits at a time, with
+// clamped indices and no branch, so a chunk is ONE L2 round trip, then folded as an online softmax
+// (fold_partials). (A loop over the splits with a load behind a branch per split waits out one L2 latency per
+// split: under Nsight Compute 19 us for 32 splits on the H200; block-wide reductions of m and then l between
+// the loads cost three round trips and four barriers: 3.3-5.2 us a merge against cuDNN's 1.9-2.8 for its own.)
+// load(ptr): how a float of the workspace is read (plain in the merge kernel; past L1 in the last block, which
+// reads what other blocks of its grid wrote). Shared by both merges, so their results are the same. (Two
+// elements at once in the last block, for one round trip where it takes two, took the tensor-core kernel from
+// 128-173 registers to 212-225, ptxas: one 8-warp block an SM instead of two.)
+template <class Load>
+__device__ __forceinline__ void merge_workspace_element(const Workspace& ws, int64_t rows_total, int64_t g, int64_t D,
+                                                        int64_t d, int64_t splits, Load load, float* m, float* l,
+                                                        float* a) {
+  *m = -INFINITY, *l = 0.f, *a = 0.f;
+  for (int64_t j0 = 0; j0 < splits; j0 += kMergeChunk) {
+    float mj[kMergeChunk], lj[kMergeChunk], aj[kMergeChunk];
+#pragma unroll
+    for (int u = 0; u < kMergeChunk; ++u) {
+      const int64_t j = j0 + u < splits ? j0 + u : splits - 1;  // in range: loads without a branch
+      const int64_t at = j * rows_total + g;
+      mj[u] = load(ws.ml + at * 2);
+      lj[u] = load(ws.ml + at * 2 + 1);
+      aj[u] = load(ws.acc + at * D + d);
+    }
+    fold_partials(mj, lj, aj, splits - j0, m, l, a, [](float x) { return __expf(x); });
+  }
+}
+
 // One block per (b, h, t) row: merges the splits' partial softmax results. Splits that saw no key
 // (m = -inf, e.g. past a shorter entry's length) get weight 0; every split wrote its accumulator
-// (zeros then). Each thread merges its output elements on its own, kMergeChunk splits per step
-// (an online softmax over chunks): the chunk's (m, l) and accumulators are loaded together, with
-// clamped indices and no branch, so a step is ONE L2 round trip. (A loop over the splits with a
-// load behind a branch per split waits out one L2 latency per split: under Nsight Compute 19 us for
-// 32 splits on the H200; block-wide reductions of m and then l between the loads cost three round
-// trips and four barriers: 3.3-5.2 us a merge against cuDNN's 1.9-2.8 for its own.)
+// (zeros then). Each thread merges its output elements on its own (merge_workspace_element).
 template <typename T>
 __global__ void merge_splits_kernel(const DecodeAttentionParams p, const SplitCount all_splits, Workspace ws) {
   const int64_t g = blockIdx.x, D = p.head_dim;
@@ -48,19 +75,43 @@ __global__ void merge_splits_kernel(const DecodeAttentionParams p, const SplitCo
     if (splits == 1) return;
   }
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    float m = -INFINITY, l = 0.f, a = 0.f;
-    for (int64_t j0 = 0; j0 < splits; j0 += kMergeChunk) {
-      float mj[kMergeChunk], lj[kMergeChunk], aj[kMergeChunk];
-#pragma unroll
-      for (int u = 0; u < kMergeChunk; ++u) {
-        const int64_t j = j0 + u < splits ? j0 + u : splits - 1;  // in range: loads without a branch
-        const int64_t at = j * rows_total + g;
-        mj[u] = ws.ml[at * 2];
-        lj[u] = ws.ml[at * 2 + 1];
-        aj[u] = ws.acc[at * D + d];
-      }
-      fold_partials(mj, lj, aj, splits - j0, &m, &l, &a, [](float x) { return __expf(x); });
-    }
+    float m, l, a;
+    merge_workspace_element(ws, rows_total, g, D, d, splits, [](const float* x) { return *x; }, &m, &l, &a);
+    write_row<T>(p, e, b, t, h, d, m, l, a);
+  }
+}
+
+// The last block of a row group to finish merges every split's partials (its own included) from the
+// workspace and writes the rows, as merge_splits_kernel would (merge_workspace_element: the same fold in the
+// same order). Every thread of the block calls it right after storing its partials. Each thread fences its
+// stores (release), the block's one atomicAdd counts the block in; the block that sees splits - 1 before its
+// add is the last: every other split's partials are complete and visible (fenced before their adds), it sets
+// the counter back to 0 (no other block of this grid touches it again: all have added), fences (acquire) and
+// reads the partials past L1 (__ldcg). A later call reads the counter only after this grid has completed (stream
+// order, or its wait_for_previous_grid), so the counters are zero between calls without a memset.
+template <typename T, int D, int NTHR, class HeadAndToken>
+__device__ __forceinline__ void merge_in_last_block(const DecodeAttentionParams& p, const Entry& e, int64_t b, int nrows,
+                                                    int group, int64_t splits, const Workspace& ws,
+                                                    HeadAndToken head_and_token) {
+  __threadfence();
+  __syncthreads();  // every thread's partials stored and fenced before the block counts itself in
+  int last = 0;
+  if (threadIdx.x == 0) {
+    int32_t* counter = ws.counters + group;
+    last = atomicAdd(counter, 1) == static_cast<int>(splits) - 1;
+    if (last) atomicExch(counter, 0);
+  }
+  if (!__syncthreads_or(last)) return;
+  __threadfence();
+  const int64_t rows_total = p.batch * p.q_heads * p.q_len;
+  for (int i = static_cast<int>(threadIdx.x); i < nrows * D; i += NTHR) {
+    const int r = i / D, d = i % D;
+    int64_t h, t;
+    head_and_token(r, &h, &t);
+    if (t >= e.q_count) continue;
+    const int64_t g = (b * p.q_heads + h) * p.q_len + t;  // row in [B, Hq, Tq], as store_partial's
+    float m, l, a;
+    merge_workspace_element(ws, rows_total, g, D, d, splits, [](const float* x) { return __ldcg(x); }, &m, &l, &a);
     write_row<T>(p, e, b, t, h, d, m, l, a);
   }
 }
@@ -79,10 +130,12 @@ struct BlockRows {
 // head hk (rows 0 .. nrows - 1 < 2^31): query head hk * G + r / Tq, token r % Tq. D is the head dim: a
 // constant, so that the index arithmetic is a few instructions (a short block's cost is its
 // instruction count); NTHR the block's threads.
+// `group`: the row group's index, (entry x kv heads + kv head) x row groups + row group (its split counter);
+// `splits`: the blocks of this row group in this call (a balanced entry's own count).
 template <typename T, int D, int NTHR>
 __device__ __forceinline__ void finish_block(const DecodeAttentionParams& p, const Entry& e, int64_t b, int64_t hk,
-                                             int nrows, int64_t split, int64_t splits, const Workspace& ws,
-                                             bool cluster, const BlockRows& st) {
+                                             int nrows, int group, int64_t split, int64_t splits,
+                                             const Workspace& ws, bool cluster, const BlockRows& st) {
   // 32-bit: a 64-bit division is a subroutine call (the host checks the sizes against the grid limits).
   const int64_t Tq = p.q_len, G = static_cast<int>(p.q_heads) / static_cast<int>(p.kv_heads);
   const int tq = static_cast<int>(Tq);
@@ -101,6 +154,7 @@ __device__ __forceinline__ void finish_block(const DecodeAttentionParams& p, con
       if (t >= e.q_count) continue;  // no such query in this entry: nothing to write
       store_split_row<T>(p, e, b, t, h, d, D, split, splits, ws, st.m[r], st.l[r], st.acc[r * st.acc_stride + d]);
     }
+    if (splits > 1 && ws.counters != nullptr) merge_in_last_block<T, D, NTHR>(p, e, b, nrows, group, splits, ws, head_and_token);
     return;
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -486,7 +486,11 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
   }
   __syncthreads();
-  finish_block<T, D, NTHR>(p, e, b, hk, rows, split, n_splits, ws, cluster, BlockRows{st_m, st_l, sm_o, D, row0});
+  // The row group's index from what is live here anyway (eh and rg kept across the loop spilled a register
+  // in the balanced instances).
+  const int group = (static_cast<int>(b) * kvh + static_cast<int>(hk)) * row_groups + row0 / ROWS;
+  finish_block<T, D, NTHR>(p, e, b, hk, rows, group, split, n_splits, ws, cluster,
+                           BlockRows{st_m, st_l, sm_o, D, row0});
 }
 
 }  // namespace decode_cuda

@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
   }
   __syncthreads();
-  finish_block<T, D, NTHR>(p, e, b, hk, rows, split, splits.n, ws, cluster, BlockRows{st_m, st_l, sm_o, D, row0});
+  finish_block<T, D, NTHR>(p, e, b, hk, rows, static_cast<int>(blockIdx.x), split, splits.n, ws, cluster,
+                           BlockRows{st_m, st_l, sm_o, D, row0});
 }
 
 }  // namespace decode_cuda

@@ -239,6 +239,12 @@ size_t workspace_of(const DecodeAttentionParams& p, const Plan& plan) {
                                           : static_cast<size_t>(plan.splits * plan.rows_total * (p.head_dim + 2)) * sizeof(float);
 }
 
+int64_t split_counters_of(const DecodeAttentionParams& p, const Plan& plan) {
+  const bool workspace_merge = (plan.mma_kernel || plan.mma_rows) && plan.splits > 1 && !plan.cluster;
+  if (!workspace_merge || plan.split_keys > 0 || options_of(p).merge_kernel) return 0;
+  return p.batch * p.kv_heads * plan.row_groups;
+}
+
 namespace {
 
 // DecodeOptions::split_keys: the split boundaries, the warps and the merge fixed by the options and the
@@ -411,7 +417,9 @@ Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupanc
     // Under the rule the blocks may take the plain plan instead, from the lengths (balance_skewed).
     Plan plain = *plan;
     if (o.balance == kBalanceRule) PVT_RETURN_IF_ERROR(plan_mma_grid(p, occupancy, &plain));
-    return plan_balanced(p, occupancy, o.balance == kBalanceRule ? &plain : nullptr, plan);
+    PVT_RETURN_IF_ERROR(plan_balanced(p, occupancy, o.balance == kBalanceRule ? &plain : nullptr, plan));
+    plan->split_counters = split_counters_of(p, *plan);  // (plan_balanced sized the workspace)
+    return Status::Ok();
   } else if (plan->mma_kernel) {
     PVT_RETURN_IF_ERROR(plan_mma_grid(p, occupancy, plan));
   } else {
@@ -422,6 +430,7 @@ Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupanc
     }
   }
   plan->workspace_bytes = workspace_of(p, *plan);
+  plan->split_counters = split_counters_of(p, *plan);
   return Status::Ok();
 }
 

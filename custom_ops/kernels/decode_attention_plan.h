@@ -159,6 +159,9 @@ struct Plan {
   bool programmatic = true;    // main kernels as programmatic dependent launches (DecodeOptions::no_pdl)
   int64_t sms = 0;             // the device's SM count the plan was made for
   size_t workspace_bytes = 0;  // scratch for the splits' partials (0 with one split or a cluster)
+  int64_t split_counters = 0;  // > 0: the tensor-core kernel's partials are merged by the last block of each
+                               // (entry, kv head, row group) to finish where the caller gives this many
+                               // counters (DecodeAttentionParams::split_counters); 0: by merge_splits_kernel
 };
 
 // The options a call runs with: p.options, or the defaults.
@@ -179,6 +182,10 @@ Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupanc
 // scratch its splits' partials need (none with one split or a cluster).
 Status check_mma_resident(const DecodeAttentionParams& p, const Plan& plan, const KernelOccupancy& occupancy);
 size_t workspace_of(const DecodeAttentionParams& p, const Plan& plan);
+// The counters of a last-block merge (Plan::split_counters): one per (entry, kv head, row group) of a
+// tensor-core plan whose splits go through the workspace, not fixed (split_keys: the merge kernel is their one
+// merge site, which their bit-for-bit invariance rests on) and not forced onto the merge kernel; else 0.
+int64_t split_counters_of(const DecodeAttentionParams& p, const Plan& plan);
 
 }  // namespace decode_plan
 

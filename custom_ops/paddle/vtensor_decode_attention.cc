@@ -19,6 +19,7 @@
 #include "../kernels/decode_attention.h"
 #ifdef PADDLE_VTENSOR_WITH_CUDA
 #include "../kernels/decode_attention_plan.h"
+#include "../kernels/split_counters.h"
 #endif
 
 namespace {
@@ -146,6 +147,8 @@ std::vector<paddle::Tensor> run(const paddle::Tensor& q, const paddle::Tensor& k
     p.workspace_bytes = ws;
   }
   void* stream = pvt::stream_of(q);
+  // The splits merged in their last block where the plan can: the stream's counters, kept for the process.
+  pvt::throw_if_error(pvt::attach_split_counters(plan, stream, &p), kOp);
   pvt::throw_if_error(pvt::decode_attention_cuda_run(p, plan, stream), kOp);
   // The kernel reads K and V where they lie: their caches must not be released before it ran.
   pvt::record_cache_use(p.k, q.place(), stream, kOp);

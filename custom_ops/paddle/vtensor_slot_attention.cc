@@ -28,6 +28,7 @@
 #include "../kernels/decode_attention.h"
 #ifdef PADDLE_VTENSOR_WITH_CUDA
 #include "../kernels/decode_attention_plan.h"
+#include "../kernels/split_counters.h"
 #endif
 
 namespace {
@@ -341,6 +342,8 @@ std::vector<paddle::Tensor> VTensorSlotAttention(
     p.workspace = workspace.data();
     p.workspace_bytes = ws;
   }
+  // The splits merged in their last block where the plan can: the stream's counters, kept for the process.
+  pvt::throw_if_error(pvt::attach_split_counters(plan, stream, &p), kOp);
   if (k_new) {
     append_new_tokens(ap, kv, vv, *k_new, *v_new, [stream](const pvt::AppendVarlenParams& a) {
       return pvt::append_varlen_cuda(a, stream);

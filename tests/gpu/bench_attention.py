@@ -49,13 +49,15 @@ def timed(fn, iters):
 def graphed(fn, iters):
     """`iters` calls of fn captured in one CUDA graph: replaying it times the GPU work alone, without
     Python's and the launch path's per-call cost (what a served model's graph replay pays)."""
+    # Warmed up and captured on one stream: ours takes its split counters from the stream it is queued on
+    # (split_counters.h) and makes none while that stream is being captured.
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         fn()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with torch.cuda.graph(g, stream=s):
         for _ in range(iters):
             fn()
     return g

@@ -23,6 +23,8 @@ under 1 GiB.
 Usage: python3 tests/gpu/bench_families.py OUT.json [--quick] [--reps N] [--max-gib G] [--dtypes fp16,bf16]
        [--only NAME,...] [--budget-s SECONDS] [--variants [NAME,...]] [--min-rows R (only rows of at least R
        query rows a kv head, q heads / kv heads x Tq: those a rule for large groups can touch)]
+       [--bs B:S,... (only these batch and length pairs, one-token rows)] [--capi (the kernels from
+       build/spec_capi/libpvt_spec.so, pvt_capi.py: nothing compiled here; no mma_probe)]
 """
 import json
 import sys
@@ -67,13 +69,14 @@ def shapes():
 # instead of tensor cores, and the tensor-core kernel's rows of a kv head in blocks of at most 1, 2 or 8
 # M-tiles (_rt8: all in one block, the plan before row groups), 4, 8 or 16 splits forced (short calls),
 # splits that fill two tensor-core blocks an SM (_b2), the key-slice tensor-core kernel where the plan takes the
-# row-owning one (_ks: the plan before it) and the row-owning kernel with 2, 4 or 8 warps forced (_rw2/4/8).
+# row-owning one (_ks: the plan before it), the row-owning kernel with 2, 4 or 8 warps forced (_rw2/4/8), and
+# the merge kernel where the plan merges its splits in the last block to finish (_mk: DecodeOptions::merge_kernel).
 # --variants NAME,... times only those.
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt1", {"mma_row_tiles": 1}),
             ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s4", {"splits": 4}),
             ("_s8", {"splits": 8}), ("_s16", {"splits": 16}), ("_b2", {"mma_blocks_per_sm": 2}),
             ("_ks", {"mma_row_warps": -1}), ("_rw2", {"mma_row_warps": 2}), ("_rw4", {"mma_row_warps": 4}),
-            ("_rw8", {"mma_row_warps": 8}))
+            ("_rw8", {"mma_row_warps": 8}), ("_mk", {"merge_kernel": True}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
 
@@ -115,7 +118,8 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants=()):
                 pl = ext.plan(*args[lay])
                 groups = f"x{pl['row_groups']}" if pl["row_groups"] > 1 else ""
                 plans[lay + name] = (f"{pl['kernel']} t{pl['mma_tiles']}{groups} w{pl['mma_warps']} s{pl['splits']}"
-                                     + (" cl" if pl["cluster"] else ""))
+                                     + (" cl" if pl["cluster"] else "")
+                                     + (f" lb{pl['split_counters']}" if pl.get("split_counters") else ""))
                 ws_bytes = max(ws_bytes, ext.workspace_bytes(*args[lay]))
     for key, text in plans.items():
         r["plan_" + key] = text
@@ -164,18 +168,24 @@ def main():
     # --variants alone: all of them; --variants NAME,... (no leading dash): those
     after = sys.argv[sys.argv.index("--variants") + 1:] if "--variants" in sys.argv else []
     picked = set(after[0].split(",")) if after and not after[0].startswith("-") else set()
-    ext = build.load()
+    bs = {tuple(int(x) for x in p.split(":")) for p in arg("--bs", "").split(",") if p}
+    if "--capi" in sys.argv:
+        from pvt_capi import CApi
+        ext = CApi()
+    else:
+        ext = build.load()
     torch.manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     copy_gbs = copy_rate()
     head = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "d2d_copy_gbs": round(copy_gbs),
             "l2_mib": round(l2 / 2**20, 1), "reps": reps, "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
-    head["mma_probe"] = ext.mma_probe()  # each tensor-core instance: built, sm_80 code, blocks an SM, errors
+    if hasattr(ext, "mma_probe"):
+        head["mma_probe"] = ext.mma_probe()  # each tensor-core instance: built, sm_80 code, blocks an SM, errors
     print(json.dumps(head), flush=True)
     rows, skipped, t0 = [], [], time.time()
     for fam, hq, hkv, D, B, S, tq in shapes():
         for dt in dts:
-            if only and fam not in only or hq // hkv * tq < min_rows:
+            if only and fam not in only or hq // hkv * tq < min_rows or bs and ((B, S) not in bs or tq > 1):
                 continue
             if "--quick" in sys.argv and (B not in (1, 16) or S not in (512, 8192)) and tq == 1:
                 continue

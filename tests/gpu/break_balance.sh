@@ -13,11 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$1; shift
-src=$build/src
-rm -rf "$src" && mkdir -p "$src"
-# The working tree's kernels and native tests (uncommitted edits included), through tar.
-tar -cf - custom_ops tests/native | tar -xf - -C "$src"
-f=$src/custom_ops/kernels/decode_attention_balance_cuda.cuh
+. tests/gpu/break_copy.sh
 # line: the fixed text to find; sed: the edit (its pattern matches the same line).
 case "${BREAK:-mapping}" in
   mapping) line='const uint32_t j = q % s, kvh = q / s;'; edit='s|j = q % s, kvh = q / s;|j = q / s, kvh = q % s;|' ;;
@@ -25,10 +21,5 @@ case "${BREAK:-mapping}" in
   plain) line='x = w - y * blocks_x;'; edit='s|x = w - y \* blocks_x;|x = (w - y * blocks_x) \& ~1u;|' ;;
   *) echo "break_balance: BREAK must be mapping, choice or plain; got ${BREAK}" >&2; exit 2 ;;
 esac
-grep -qF "$line" "$f" || { echo "break_balance: no line for ${BREAK:-mapping}" >&2; exit 1; }
-before=$(md5sum < "$f")
-sed -i "$edit" "$f"
-[ "$(md5sum < "$f")" != "$before" ] || { echo "break_balance: the edit for ${BREAK:-mapping} did not apply" >&2; exit 1; }
-cmake -S "$src/tests/native" -B "$build" -DPVT_WITH_CUDA=ON -G Ninja "$@" > "$build.cmake.log"
-cmake --build "$build" --target test_decode_attention >> "$build.cmake.log"
+break_copy "$build" custom_ops/kernels/decode_attention_balance_cuda.cuh "$line" "$edit" "$@"
 echo "broken copy (${BREAK:-mapping}) built: $build/test_decode_attention --balanced-only"

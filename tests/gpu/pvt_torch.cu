@@ -3,7 +3,8 @@
 // driven from PyTorch. Not part of the installed package; built on the machine by build.py.
 //   Cache          a SeqMajorCache (VM reservation, chunks mapped as it grows) seen as a torch tensor
 //   append         append_tokens_cuda: tokens [B, T, H, D] written in place at a host position
-//   attention      decode_attention_cuda over any strided K/V (seq-major cache, slot cache, [B,H,S,D])
+//   attention      decode_attention_cuda over any strided K/V (seq-major cache, slot cache, [B,H,S,D]), with
+//                  the current stream's split counters (split_counters.h) where the plan merges in its last block
 //   speculative_accept   speculative_accept_cuda: accept/advance of a speculative step, in place on the
 //                  device (no host read: a CUDA graph captures it)
 //   set_decode_options / decode_options   the benchmark knobs (pvt::DecodeOptions) every later call
@@ -32,6 +33,7 @@
 #include "kernels/kv_quant_append.h"
 #include "kernels/kv_quant_attention.h"
 #include "kernels/speculative_accept.h"
+#include "kernels/split_counters.h"
 
 namespace {
 
@@ -53,7 +55,7 @@ pvt::DecodeOptions g_options;
 
 void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_warps, bool no_pdl, bool no_cluster,
                         int64_t mma_blocks_per_sm, int64_t mma_row_tiles, int64_t split_keys, int64_t balance,
-                        int64_t mma_row_warps, int64_t balance_blocks_per_sm) {
+                        int64_t mma_row_warps, int64_t balance_blocks_per_sm, bool merge_kernel) {
   pvt::DecodeOptions o;
   o.splits = splits;
   o.no_mma = no_mma;
@@ -67,6 +69,7 @@ void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_w
   o.balance = static_cast<int>(balance);
   o.mma_row_warps = static_cast<int>(mma_row_warps);
   o.balance_blocks_per_sm = static_cast<int>(balance_blocks_per_sm);
+  o.merge_kernel = merge_kernel;
   check(pvt::decode_plan::check_options(o));
   g_options = o;
 }
@@ -85,6 +88,7 @@ pybind11::dict decode_options() {
   d["balance"] = g_options.balance;
   d["mma_row_warps"] = g_options.mma_row_warps;
   d["balance_blocks_per_sm"] = g_options.balance_blocks_per_sm;
+  d["merge_kernel"] = g_options.merge_kernel;
   return d;
 }
 
@@ -178,7 +182,10 @@ void attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tens
   auto p = params(q, k, v, out, kv_len, cache_seqlens, kv_batch_index, cu_seqlens_q, lse, q_len);
   p.workspace = workspace.numel() ? workspace.data_ptr() : nullptr;
   p.workspace_bytes = static_cast<size_t>(workspace.numel());
-  check(pvt::decode_attention_cuda(p, stream()));
+  pvt::decode_plan::Plan plan;
+  check(pvt::decode_attention_cuda_plan(p, &plan));
+  check(pvt::attach_split_counters(plan, stream(), &p));  // the stream's, kept for the process
+  check(pvt::decode_attention_cuda_run(p, plan, stream()));
 }
 
 pybind11::dict plan(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& out,
@@ -196,6 +203,7 @@ pybind11::dict plan(const torch::Tensor& q, const torch::Tensor& k, const torch:
   d["balance_grid"] = pl.balance_grid;
   d["balance_plain_splits"] = pl.balance_plain_splits;
   d["workspace_bytes"] = pl.workspace_bytes;
+  d["split_counters"] = pl.split_counters;
   return d;
 }
 
@@ -431,6 +439,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("mma_row_tiles") = defaults.mma_row_tiles,
         pybind11::arg("split_keys") = defaults.split_keys, pybind11::arg("balance") = defaults.balance,
         pybind11::arg("mma_row_warps") = defaults.mma_row_warps,
-        pybind11::arg("balance_blocks_per_sm") = defaults.balance_blocks_per_sm);
+        pybind11::arg("balance_blocks_per_sm") = defaults.balance_blocks_per_sm,
+        pybind11::arg("merge_kernel") = defaults.merge_kernel);
   m.def("decode_options", &decode_options);
 }

@@ -11,16 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 pre=$1 out=$2
-mkdir -p "$out" build/spec_capi
-tar -xJf "$pre/bins.tar.xz" -C "$pre"
-cp "$pre/libpvt_spec.so" build/spec_capi/
-step() {  # step NAME LIMIT_S command...: the output to OUT_DIR/NAME.txt, its last line and time printed
-  local name=$1 limit=$2 t0=$SECONDS
-  shift 2
-  timeout "$limit" "$@" > "$out/$name.txt" 2>&1
-  echo "== $name: rc $? in $((SECONDS - t0)) s: $(grep -c '^FAIL' "$out/$name.txt") FAIL lines; $(tail -1 "$out/$name.txt" | cut -c1-160)"
-}
-{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv; } > "$out/machine.txt" 2>&1
+. tests/gpu/run_steps.sh
 step plan 8 "$pre/test_decode_plan"
 step balanced 40 "$pre/test_decode_attention" --balanced-only
 step mixed 80 python3 tests/gpu/bench_mixed.py "$out/mixed.json" --capi --balance 2,4 --rule-blocks 3,4 --balance-w8 1 \

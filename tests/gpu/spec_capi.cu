@@ -12,6 +12,7 @@
 #include "core/apis.h"
 #include "kernels/decode_attention.h"
 #include "kernels/decode_attention_plan.h"
+#include "kernels/split_counters.h"
 #include "kernels/speculative_accept.h"
 
 namespace {
@@ -79,7 +80,7 @@ int64_t pvt_capi_mapped_bytes_total(int device) {
 }
 
 // ints: splits, no_mma, mma_mha, mma_warps, no_pdl, no_cluster, mma_blocks_per_sm, split_keys, mma_row_tiles,
-// balance, balance_blocks_per_sm (pvt::DecodeOptions).
+// balance, balance_blocks_per_sm, merge_kernel (pvt::DecodeOptions).
 int pvt_capi_set_decode_options(const int64_t* ints) {
   pvt::DecodeOptions o;
   o.splits = ints[0];
@@ -93,6 +94,7 @@ int pvt_capi_set_decode_options(const int64_t* ints) {
   o.mma_row_tiles = static_cast<int>(ints[8]);
   o.balance = static_cast<int>(ints[9]);
   o.balance_blocks_per_sm = static_cast<int>(ints[10]);
+  o.merge_kernel = ints[11] != 0;
   const pvt::Status s = pvt::decode_plan::check_options(o);
   if (!s.ok()) return status(s);
   g_options = o;
@@ -110,7 +112,8 @@ int pvt_capi_attention_workspace(const int64_t* dims, void* const* ptrs, const i
 
 // The plan attention would launch (pvt_torch's plan): out = mma kernel, rows kernel, M-tiles, warps, splits,
 // cluster, balanced grid (0: not balanced), workspace bytes, the plain plan's splits the balanced grid holds
-// (0: none; the rule, the device choosing). `out`: 9 values.
+// (0: none; the rule, the device choosing), the split counters of a last-block merge (0: the merge kernel or
+// none), the row groups of a kv head's query rows. `out`: 11 values.
 int pvt_capi_plan(const int64_t* dims, void* const* ptrs, const int64_t* strides, int64_t* out) {
   auto p = attention_params(dims, ptrs, strides);
   p.options = &g_options;
@@ -119,8 +122,8 @@ int pvt_capi_plan(const int64_t* dims, void* const* ptrs, const int64_t* strides
   if (!s.ok()) return status(s);
   const int64_t v[] = {pl.mma_kernel,  pl.rows_kernel, pl.mma_tiles,    pl.mma_warps,
                        pl.splits,      pl.cluster,     pl.balance_grid, static_cast<int64_t>(pl.workspace_bytes),
-                       pl.balance_plain_splits};
-  std::copy(v, v + 9, out);
+                       pl.balance_plain_splits, pl.split_counters, pl.row_groups};
+  std::copy(v, v + 11, out);
   return 0;
 }
 
@@ -130,7 +133,10 @@ int pvt_capi_attention(const int64_t* dims, void* const* ptrs, const int64_t* st
   p.options = &g_options;
   p.workspace = workspace;
   p.workspace_bytes = static_cast<size_t>(workspace_bytes);
-  return status(pvt::decode_attention_cuda(p, stream));
+  pvt::decode_plan::Plan plan;
+  pvt::Status s = pvt::decode_attention_cuda_plan(p, &plan);
+  if (s.ok()) s = pvt::attach_split_counters(plan, stream, &p);  // the stream's, kept for the process
+  return status(s.ok() ? pvt::decode_attention_cuda_run(p, plan, stream) : s);
 }
 
 // ptrs: draft [n, k] int64, target [n, k+1] int64, slots [n] int32, target_seqlens, draft_seqlens int32,

@@ -12,7 +12,11 @@
 //   seq-major and per slot, each plan checked to be that kernel.
 //   Bandwidth: context {1k, 4k, 16k, 64k} x batch {1, 8}, 32 heads x 128 head_dim fp16, K/V in
 //   SeqMajorCaches; bytes of K+V read / kernel time, next to a device-to-device copy's bandwidth.
-// Usage: test_decode_attention [--no-bench | --bench-only | --families-only | --balanced-only]. Prints PASS/FAIL
+//   The last-block merge (split counters): its own cases (test_last_block; --last-block-cases, or its first
+//   pass alone: --last-block-quick), and the variants, families, per-slot and balanced cases with counters
+//   given and clusters off (--last-block-only: those without test_last_block's).
+// Usage: test_decode_attention [--no-bench | --bench-only | --families-only | --balanced-only |
+//   --last-block-only | --last-block-cases | --last-block-quick]. Prints PASS/FAIL
 // lines, "info bench ..." lines, and "N passed, M failed"; exits non-zero on any failure.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,6 +35,7 @@
 #include "core/apis.h"
 #include "gpu_mem.h"
 #include "harness.h"
+#include "split_counter_checks.h"
 #include "kernels/append_tokens.h"
 #include "kernels/decode_attention.h"
 #include "kernels/decode_attention_plan.h"
@@ -48,6 +53,10 @@ const Device kGpu = Device::cuda(0);
 // options (splits, warps, cluster) that pass forces on every call.
 std::string g_mode;
 DecodeOptions g_options;
+// Split counters given to every call (the last-block merge, split_counter_checks.h), and the calls whose plan
+// merged in the last block that way.
+bool g_counters = false;
+int64_t g_last_block_calls = 0;
 
 int64_t elem_bytes(ScalarType t) { return t == ScalarType::kFloat32 ? 4 : t == ScalarType::kBool ? 1 : 2; }
 
@@ -208,6 +217,7 @@ void run_case(Report& r, const Case& c, std::mt19937& rng, cudaStream_t stream) 
   DevBuf ws(ws_bytes);
   dp.workspace = ws_bytes ? ws.ptr : nullptr;
   dp.workspace_bytes = ws_bytes;
+  if (g_counters) g_last_block_calls += split_counter_checks::attach(&dp) > 0;
   if (!r.ok(decode_attention_cuda(dp, stream), c.name + ".launch")) return;
   const cudaError_t e = cudaStreamSynchronize(stream);
   if (!r.check(e == cudaSuccess, c.name + ".sync", cudaGetErrorString(e))) return;
@@ -227,6 +237,8 @@ void run_case(Report& r, const Case& c, std::mt19937& rng, cudaStream_t stream) 
   std::snprintf(why, sizeof(why), "max |cuda - cpu| = %.3g at %lld (tolerance %.3g, max |ref| %.3g, splits ws %zu B)",
                 worst, static_cast<long long>(worst_at), tol, ref_mag, ws_bytes);
   r.check(worst <= tol && ref_mag > 0.f, c.name, why);
+  std::string nonzero;
+  if (g_counters) r.check(split_counter_checks::all_zero(&nonzero), c.name + ".counters_zero", nonzero);
 }
 
 const char* dname(ScalarType t) { return scalar_type_name(t); }
@@ -422,6 +434,8 @@ struct VarlenCase {
   int want_balanced = -1;         // 1 / 0: the plan must (not) be balanced (Plan::balance_blocks); -1: either
   int want_choice = -1;           // 1 / 0: a balanced grid's blocks must take balanced splits / the plain plan
                                   // (the split size they leave after the partials; 0: plain); -1: unchecked
+  bool want_last_block = false;   // the plan must merge in the last block (g_counters on), and the case is
+                                  // run again and in a replayed graph (split_counter_checks::repeat_and_replay)
 };
 
 void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t stream) {
@@ -528,6 +542,9 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
   DevBuf ws(wsb);
   p.workspace = wsb ? ws.ptr : nullptr;
   p.workspace_bytes = wsb;
+  const int64_t counters = g_counters ? split_counter_checks::attach(&p) : 0;
+  g_last_block_calls += counters > 0;
+  if (c.want_last_block && !r.check(counters > 0, c.name + ".last_block_plan", "the plan merges otherwise")) return;
   decode_plan::Plan plan;
   if (c.want_balanced >= 0 || c.want_choice >= 0) {
     if (!r.ok(decode_attention_cuda_plan(p, &plan), c.name + ".plan")) return;
@@ -573,6 +590,13 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
   std::snprintf(why, sizeof(why), "max |cuda - ref| = %.3g (tol %.3g), lse max err %.3g, error_flag %d (want %d), ws %zu B",
                 worst, tol, lse_worst, flag, any_refused ? 1 : 0, wsb);
   r.check(worst <= tol && lse_worst <= 2e-3 && flag == (any_refused ? 1 : 0), c.name, why);
+  std::string nonzero;
+  if (g_counters) r.check(split_counter_checks::all_zero(&nonzero), c.name + ".counters_zero", nonzero);
+  if (c.want_last_block) {
+    split_counter_checks::repeat_and_replay(r, c.name, p, got.size(), got, q_n, 0.25f * tol,
+                                            [&](const std::vector<uint8_t>& b, int64_t i) { return get(b, i, c.dtype); },
+                                            stream);
+  }
 }
 
 void test_varlen(Report& r, std::mt19937& rng, cudaStream_t stream) {
@@ -678,7 +702,7 @@ void test_balanced(Report& r, std::mt19937& rng, cudaStream_t stream) {
   g_options = DecodeOptions{};
   g_options.balance = kBalanceRule;  // the rule, the device choosing
   for (bool skew : {false, true}) {
-    const std::string how = skew ? "balanced.choice.skewed." : "balanced.choice.even.";
+    const std::string how = g_mode + (skew ? "balanced.choice.skewed." : "balanced.choice.even.");
     const ScalarType f16 = ScalarType::kFloat16, bf16 = ScalarType::kBFloat16;
     for (VarlenCase c : {chosen(rng, how + "qwen28_4.b34.d128.fp16", 34, 28, 4, 128, f16, skew),
                          chosen(rng, how + "llama32_8.b17.d128.bf16", 17, 32, 8, 128, bf16, skew),
@@ -708,12 +732,65 @@ void test_balanced(Report& r, std::mt19937& rng, cudaStream_t stream) {
     g_options = DecodeOptions{};
     g_options.balance = pass.balance;
     for (VarlenCase c : cs) {
-      c.name = std::string("balanced.") + pass.prefix + c.name;
+      c.name = g_mode + "balanced." + pass.prefix + c.name;
       c.want_balanced = pass.want;
       run_varlen(r, c, rng, stream);
     }
   }
   g_options = DecodeOptions{};
+}
+
+// The last-block merge (split counters given; decode_attention_merge_cuda.cuh): cases whose plan must merge
+// that way, against the host kernel, then run again and replayed in a graph with their counters checked
+// (split_counter_checks.h): B=1 long contexts (GQA 32/8 per slot, MQA 32/1 seq-major), a skewed per-slot batch
+// (Qwen2 28/4; balanced in the balance4 pass), Falcon's row groups (71/1, head_dim 64) on both tensor-core
+// kernels, a packed verify (GQA, Tq up to 4), fp16 and bf16; under the plan, with clusters off and balanced.
+void test_last_block(Report& r, std::mt19937& rng, cudaStream_t stream, bool plan_pass_only = false) {
+  const ScalarType f16 = ScalarType::kFloat16, bf16 = ScalarType::kBFloat16;
+  std::vector<VarlenCase> cs = {
+      {"b1.long.gqa32_8.d128.fp16", 1, 16384, 32, 8, 128, f16, {}, {16383}, {1}, 1, 16384, {}, true},
+      {"b1.long.seq_major.mqa32_1.d128.bf16", 1, 12000, 32, 1, 128, bf16, {}, {11990}, {1}, 1, 12000, {}, false},
+      skewed(rng, "skewed.qwen28_4.d128.fp16", 24, 6000, 28, 4, 128, f16, 1),
+      skewed(rng, "skewed.seq_major.llama32_8.d128.bf16", 12, 5000, 32, 8, 128, bf16, 1),
+      {"falcon71_1.d64.rows2.bf16", 2, 5000, 71, 1, 64, bf16, {}, {4999, 2100}, {1, 1}, 1, 5000, {}, true, 0, 2},
+      {"falcon71_1.d64.keyslice.fp16", 2, 5000, 71, 1, 64, f16, {1, 0}, {4000, 4999}, {1, 1}, 1, 5000, {}, true, 0, -1},
+      {"packed.gqa16_2.d96.fp16", 3, 6000, 16, 2, 96, f16, {}, {5990, 100, 3000}, {4, 1, 3}, 4, 6000, {}, true},
+  };
+  cs[3].slot_major = false;
+  struct Pass { const char* prefix; bool no_cluster; int balance; };
+  for (const Pass& pass : {Pass{"plan.", false, 0}, Pass{"no_cluster.", true, 0}, Pass{"balance4.", false, 4}}) {
+    g_options = DecodeOptions{};
+    g_options.no_cluster = pass.no_cluster;
+    g_options.balance = pass.balance;
+    for (VarlenCase c : cs) {
+      c.name = std::string("last_block.") + pass.prefix + c.name;
+      c.want_last_block = true;
+      run_varlen(r, c, rng, stream);
+    }
+    if (plan_pass_only) break;
+  }
+  g_options = DecodeOptions{};
+}
+
+// The last-block merge's passes: its own cases (own_cases), then with split counters given to every call and
+// clusters off the variants, the tensor-core families and the per-slot cases, then the balanced cases (with
+// their own options); at least 100 calls must have merged in the last block. Leaves the options at their
+// defaults, the mode empty.
+void last_block_passes(Report& r, std::mt19937& rng, cudaStream_t stream, bool own_cases) {
+  g_counters = true;
+  g_last_block_calls = 0;
+  if (own_cases) test_last_block(r, rng, stream);
+  g_mode = "last_block.";
+  g_options = DecodeOptions{};
+  g_options.no_cluster = true;
+  test_variants(r, rng, stream);
+  test_mma_families(r, rng, stream);
+  test_varlen(r, rng, stream);
+  test_balanced(r, rng, stream);
+  r.check(g_last_block_calls >= 100, "last_block.calls", std::to_string(g_last_block_calls) + " calls merged so");
+  g_counters = false;
+  g_options = DecodeOptions{};
+  g_mode.clear();
 }
 
 // K/V that live in SeqMajorCaches (VM-mapped, filled by append_tokens_cuda), checked against the
@@ -942,9 +1019,9 @@ void bench(Report& r, cudaStream_t stream) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   g_families_only = mode == "--families-only";
-  const bool balanced_only = mode == "--balanced-only";
-  const bool run_tests = mode != "--bench-only" && !balanced_only;
-  const bool run_bench = mode != "--no-bench" && !g_families_only && !balanced_only;
+  const bool balanced_only = mode == "--balanced-only", last_block_only = mode == "--last-block-only";
+  const bool run_tests = mode != "--bench-only" && !balanced_only && !last_block_only;
+  const bool run_bench = mode != "--no-bench" && !g_families_only && !balanced_only && !last_block_only;
   Report r;
   cudaDeviceProp prop;
   if (!r.check(cudaGetDeviceProperties(&prop, 0) == cudaSuccess, "runtime.device")) return r.finish();
@@ -957,6 +1034,15 @@ int main(int argc, char** argv) {
     g_mode = "balance4.";
     g_options.balance = 4;
     test_varlen(r, rng, stream);
+    return r.finish();
+  }
+  if (mode == "--last-block-cases" || mode == "--last-block-quick") {  // test_last_block alone (quick: its
+    g_counters = true;                                                  // first pass: for the sanitizers)
+    test_last_block(r, rng, stream, mode == "--last-block-quick");
+    return r.finish();
+  }
+  if (last_block_only) {  // every case with split counters (test_last_block's own: --last-block-cases)
+    last_block_passes(r, rng, stream, false);
     return r.finish();
   }
   if (run_tests) {
@@ -994,6 +1080,7 @@ int main(int argc, char** argv) {
     g_mode.clear();
     g_late_inputs = false;
     test_balanced(r, rng, stream);
+    last_block_passes(r, rng, stream, true);
     test_in_cache(r, rng, stream);
     test_errors(r);
     test_split_count(r, rng);

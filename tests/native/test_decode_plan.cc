@@ -407,6 +407,46 @@ void test_split_keys(Report& r) {
   r.code(plan_case(many, &o, &plan), Code::kInvalidArgument, "split_keys.too_many_splits");
 }
 
+// The last-block merge's counters (Plan::split_counters): one per (entry, kv head, row group) exactly where a
+// tensor-core plan's splits go through the workspace (not one split, not a cluster, not fixed splits), none with
+// DecodeOptions::merge_kernel; on every row of the table, then on named shapes with their counts written out.
+void test_split_counters(Report& r) {
+  for (const Case& c : kCases) {
+    const DecodeOptions o = options_for(c);
+    DecodeOptions forced = o;
+    forced.merge_kernel = true;
+    Plan plan, merged;
+    if (!plan_case(c, c.option[0] ? &o : nullptr, &plan).ok() || !plan_case(c, &forced, &merged).ok()) continue;
+    const bool workspace = (plan.mma_kernel || plan.mma_rows) && plan.splits > 1 && !plan.cluster && plan.split_keys == 0;
+    const std::string n = "split_counters." + name_of(c);
+    r.eq(plan.split_counters, workspace ? c.B * c.Hkv * plan.row_groups : 0, n);
+    r.eq(merged.split_counters, 0, n + ".merge_kernel");
+    r.eq(merged.workspace_bytes, plan.workspace_bytes, n + ".merge_kernel.same_workspace");
+  }
+  struct Want { const char* name; int64_t B, S, Hq, Hkv, D; int slot; const char* option; int64_t value; int64_t counters; };
+  const Want wants[] = {
+      {"gqa.b1.s64k", 1, 65536, 32, 8, 128, 0, "", 0, 8},            // 16 splits through the workspace
+      {"gqa.b8.s16k", 8, 16384, 32, 8, 128, 1, "", 0, 64},           // 2 splits
+      {"gqa.b1.s1k.cluster", 1, 1024, 32, 8, 128, 0, "", 0, 0},      // a cluster merges
+      {"gqa.b1.s1k.no_cluster", 1, 1024, 32, 8, 128, 0, "no_cluster", 1, 8},
+      {"mha.b1.s16k.one_row", 1, 16384, 32, 32, 128, 0, "", 0, 0},   // the one-row kernel: the merge kernel
+      {"gqa.b8.s16k.split_keys", 8, 16384, 32, 8, 128, 1, "split_keys", 1024, 0},
+      {"qwen.b16.s16k.balanced", 16, 16384, 28, 4, 128, 1, "balance", 4, 64},
+      {"falcon.b4.s32k.row_groups", 4, 32768, 71, 1, 64, 1, "no_cluster", 1, -1},  // B x row groups
+  };
+  for (const Want& w : wants) {
+    const Case c{w.name, 1, w.B, w.S, w.Hq, w.Hkv, w.D, 1, w.slot, 0, 0, w.option, w.value, {}, 1};
+    const DecodeOptions o = options_for(c);
+    Plan plan;
+    if (!r.ok(plan_case(c, &o, &plan), std::string("split_counters.") + w.name + ".plan")) continue;
+    const int64_t want = w.counters >= 0 ? w.counters : w.B * plan.row_groups;
+    r.check(plan.split_counters == want && (w.counters != -1 || (plan.row_groups > 1 && plan.splits > 1)),
+            std::string("split_counters.") + w.name,
+            "got " + std::to_string(plan.split_counters) + ", want " + std::to_string(want) + " (row groups " +
+                std::to_string(plan.row_groups) + ", splits " + std::to_string(plan.splits) + ")");
+  }
+}
+
 // Balanced splits (decode_attention_balance_plan.h): which plans take them (per-slot GQA tensor-core plans of
 // 2..kBalanceMaxBatch entries and kBalanceMinUnits or more blocks a split under a bound of kBalanceMinBound
 // keys or more where an entry can get two splits, when DecodeOptions::balance is kBalanceRule; forced by
@@ -554,6 +594,7 @@ int main() {
   test_cluster_fit(r);
   test_two_per_sm(r);
   test_split_keys(r);
+  test_split_counters(r);
   test_balance(r);
   test_quant_plan(r);
   return r.finish();
