@@ -58,10 +58,14 @@ struct DecodeOptions {
   // > 0: the rule's budget, this many blocks an SM, instead of its choice by shape (budget_of in
   // decode_attention_balance_plan.cc); a knob for measuring other budgets with the device's choice kept.
   int balance_blocks_per_sm = 0;
-  // true: split partials merged by merge_splits_kernel even where the caller gave split counters
-  // (DecodeAttentionParams::split_counters), the merge in the last block to finish not used; a knob for
-  // comparing the two. Fixed splits (split_keys) always take the merge kernel.
-  bool merge_kernel = false;
+  // true: where the caller gives split counters (DecodeAttentionParams::split_counters), the tensor-core
+  // kernel's splits are merged by the last block of each row group to finish instead of merge_splits_kernel
+  // (fixed splits, split_keys, always take the merge kernel). Off by default: on the H200 (2026-12-02 10:38 UTC,
+  // docs/H200_DECODE_PARITY.md) it was slower than the merge kernel on every row where it merged, 0.4-6.2 us on
+  // the skewed and equal-length per-slot rows and 1.5-35 us on B=1 and B=4 family rows with 4-66 splits: the
+  // last block merges its row group's rows x head_dim outputs with its own threads, one L2 round trip per output
+  // per 16 splits, one after the other, where the merge kernel spreads them over a block per row.
+  bool last_block_merge = false;
 };
 
 // What split_keys must be a multiple of: every kernel's unit of keys (a tensor-core tile is at most 128).
@@ -130,11 +134,11 @@ struct DecodeAttentionParams {
   size_t workspace_bytes = 0;
 
   // CUDA only: counters for merging the splits in the last block to finish (TensorRT-LLM XQA's design;
-  // decode_attention_merge_cuda.cuh), one int32 per (entry, kv head, row group) of the tensor-core kernel:
-  // decode_attention_cuda_split_counter_count(p) of them (0: the plan does not use them). Each split
-  // block writes its partials to the workspace and adds one to its row group's counter; the block that
-  // brings it to the row group's split count merges every split's partials and writes the rows, then sets
-  // the counter back to 0, so no second kernel runs. Contract: zero before the first call, and every call
+  // decode_attention_merge_cuda.cuh), used where DecodeOptions::last_block_merge asks for it: one int32 per
+  // (entry, kv head, row group) of the tensor-core kernel, decode_attention_cuda_split_counter_count(p) of them
+  // (0: the plan does not use them). Each split block writes its partials to the workspace and adds one to its
+  // row group's counter; the block that brings it to the row group's split count merges every split's partials
+  // and writes the rows, then sets the counter back to 0, so no second kernel runs. Contract: zero before the first call, and every call
   // that completes leaves them zero again (graph replays included: no memset between calls). A call that
   // faults mid-way may leave them nonzero (the CUDA context is unusable after a fault anyway). Calls that
   // may run at the same time (two streams, two graphs replayed on two streams) must not share counters;

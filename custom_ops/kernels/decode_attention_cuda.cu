@@ -15,7 +15,8 @@
 // With several splits of a short context, the tensor-core kernel on Hopper launches the splits of a
 // kv head as one thread-block cluster and merges them through distributed shared memory at the end;
 // otherwise the last block of each row group to finish merges the partials from the workspace where the
-// caller gave split counters (DecodeAttentionParams::split_counters), or merge_splits_kernel does
+// caller gave split counters and asked for it (DecodeAttentionParams::split_counters,
+// DecodeOptions::last_block_merge), or merge_splits_kernel does
 // (decode_attention_merge_cuda.cuh), launched as a programmatic dependent launch. The main kernels are launched that way too, behind
 // whatever kernel is ahead on the stream (programmatic_launch_cuda.cuh): their launch overlaps its end,
 // and each waits for it before touching memory.
@@ -206,8 +207,8 @@ Status occupancy_of(const DecodeAttentionParams& p, const Plan& plan, decode_pla
 template <typename T>
 Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream_t stream) {
   Workspace ws;
-  // Split counters where the plan can use them and the caller gave them: the last block of each row group
-  // merges (finish_block), no merge kernel.
+  // Split counters where the plan uses them (DecodeOptions::last_block_merge) and the caller gave them: the last
+  // block of each row group merges (finish_block), no merge kernel.
   const bool last_block_merge = plan.split_counters > 0 && p.split_counters != nullptr;
   const bool merge_kernel = plan.splits > 1 && !plan.cluster && !last_block_merge;
   if (last_block_merge) ws.counters = p.split_counters;

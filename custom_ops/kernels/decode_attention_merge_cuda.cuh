@@ -10,9 +10,10 @@
 //     the rows: no workspace round trip and no second kernel, which is what the latency-bound short
 //     contexts pay for otherwise (plan_cluster in decode_attention_plan.cc). Otherwise: the partials go
 //     to the workspace, for merge_splits_kernel, or, where the caller gave split counters
-//     (DecodeAttentionParams::split_counters), for the last block of the row group to finish, which merges
-//     them there (TensorRT-LLM XQA's design: no second kernel, whose launch and tail cost 5.3-5.8 us on the
-//     H200 after a skewed per-slot batch, docs/H200_DECODE_PARITY.md).
+//     (DecodeAttentionParams::split_counters) and asked for it (DecodeOptions::last_block_merge), for the last
+//     block of the row group to finish, which merges them there (TensorRT-LLM XQA's design: no second kernel,
+//     whose launch and tail cost 5.3-5.8 us on the H200 after a skewed per-slot batch). Measured slower than
+//     the merge kernel wherever it merged (docs/H200_DECODE_PARITY.md, issue 32 point 4), hence not the default.
 // Internal to the CUDA build of the kernels; include only from .cu files compiled by nvcc.
 #pragma once
 

@@ -241,7 +241,7 @@ size_t workspace_of(const DecodeAttentionParams& p, const Plan& plan) {
 
 int64_t split_counters_of(const DecodeAttentionParams& p, const Plan& plan) {
   const bool workspace_merge = (plan.mma_kernel || plan.mma_rows) && plan.splits > 1 && !plan.cluster;
-  if (!workspace_merge || plan.split_keys > 0 || options_of(p).merge_kernel) return 0;
+  if (!workspace_merge || plan.split_keys > 0 || !options_of(p).last_block_merge) return 0;
   return p.batch * p.kv_heads * plan.row_groups;
 }
 

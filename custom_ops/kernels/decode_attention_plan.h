@@ -182,9 +182,10 @@ Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupanc
 // scratch its splits' partials need (none with one split or a cluster).
 Status check_mma_resident(const DecodeAttentionParams& p, const Plan& plan, const KernelOccupancy& occupancy);
 size_t workspace_of(const DecodeAttentionParams& p, const Plan& plan);
-// The counters of a last-block merge (Plan::split_counters): one per (entry, kv head, row group) of a
-// tensor-core plan whose splits go through the workspace, not fixed (split_keys: the merge kernel is their one
-// merge site, which their bit-for-bit invariance rests on) and not forced onto the merge kernel; else 0.
+// The counters of a last-block merge (Plan::split_counters): where DecodeOptions::last_block_merge asks for it,
+// one per (entry, kv head, row group) of a tensor-core plan whose splits go through the workspace and are not
+// fixed (split_keys: the merge kernel is their one merge site, which their bit-for-bit invariance rests on);
+// else 0.
 int64_t split_counters_of(const DecodeAttentionParams& p, const Plan& plan);
 
 }  // namespace decode_plan

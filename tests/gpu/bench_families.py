@@ -70,13 +70,13 @@ def shapes():
 # M-tiles (_rt8: all in one block, the plan before row groups), 4, 8 or 16 splits forced (short calls),
 # splits that fill two tensor-core blocks an SM (_b2), the key-slice tensor-core kernel where the plan takes the
 # row-owning one (_ks: the plan before it), the row-owning kernel with 2, 4 or 8 warps forced (_rw2/4/8), and
-# the merge kernel where the plan merges its splits in the last block to finish (_mk: DecodeOptions::merge_kernel).
+# the splits merged in the last block to finish (_lb: DecodeOptions::last_block_merge, the stream's counters).
 # --variants NAME,... times only those.
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt1", {"mma_row_tiles": 1}),
             ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s4", {"splits": 4}),
             ("_s8", {"splits": 8}), ("_s16", {"splits": 16}), ("_b2", {"mma_blocks_per_sm": 2}),
             ("_ks", {"mma_row_warps": -1}), ("_rw2", {"mma_row_warps": 2}), ("_rw4", {"mma_row_warps": 4}),
-            ("_rw8", {"mma_row_warps": 8}), ("_mk", {"merge_kernel": True}))
+            ("_rw8", {"mma_row_warps": 8}), ("_lb", {"last_block_merge": True}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
 

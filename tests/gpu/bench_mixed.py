@@ -20,9 +20,9 @@ in turn where the read bytes are under 3 x L2), CUDA-graph replay, best of --rep
                block an SM resident, so a budget of N an SM runs in N waves)
   ours_rule<N> the default (the rule, the device choosing) with a budget of N blocks an SM (--rule-blocks N,...;
                DecodeOptions::balance_blocks_per_sm) instead of the rule's own by shape
-  ours_off_mk, ours_rule_mk   ours_off and ours_rule with the merge kernel forced (--merge-kernel;
-               DecodeOptions::merge_kernel): every other variant merges its splits in the last block to finish
-               where its plan can (the stream's split counters; plan "lb<N>": N counters)
+  ours_off_lb, ours_rule_lb   ours_off and ours_rule with their splits merged in the last block to finish
+               (--last-block; DecodeOptions::last_block_merge, the stream's split counters; plan "lb<N>": N
+               counters) instead of the merge kernel
   sdpa_<be>    SDPA (cudnn, flash) over K/V padded to the batch's longest slot, no mask: a timing
                yardstick only (it reads and computes the padding, as a padded batch does)
 read GB/s: bytes of K+V in the slots' own lengths / time; % of copy: against a 1 GiB device-to-device copy
@@ -32,7 +32,7 @@ at the batches of --uniform-batches (default 16,32,64). --capi: the kernels from
 (spec_capi_build.sh, built without a GPU and carried: nothing compiled here) instead of the extension.
 Usage: python3 tests/gpu/bench_mixed.py OUT.json [--reps N] [--split-keys K1,...] [--balance N1,...]
        [--balance-w8 N1,...] [--rule-blocks N1,...] [--uniform N1,...] [--uniform-batches B1,...] [--capi]
-       [--merge-kernel]
+       [--last-block]
 """
 import json
 import random
@@ -136,8 +136,8 @@ def main():
                 + [(f"ours_bal{n}", {"balance": n}) for n in ints("--balance")]
                 + [(f"ours_bal{n}w8", {"balance": n, "mma_warps": 8}) for n in ints("--balance-w8")]
                 + [(f"ours_rule{n}", {"balance": -1, "balance_blocks_per_sm": n}) for n in ints("--rule-blocks")]
-                + ([("ours_off_mk", {"balance": 0, "merge_kernel": True}),
-                    ("ours_rule_mk", {"balance": -1, "merge_kernel": True})] if "--merge-kernel" in sys.argv else []))
+                + ([("ours_off_lb", {"balance": 0, "last_block_merge": True}),
+                    ("ours_rule_lb", {"balance": -1, "last_block_merge": True})] if "--last-block" in sys.argv else []))
     uniform, uniform_batches = ints("--uniform"), ints("--uniform-batches") or [16, 32, 64]
     if "--capi" in sys.argv:
         from pvt_capi import CApi

@@ -80,7 +80,7 @@ class CApi:
         return dims, ptrs, strides
 
     _OPTIONS = ("splits", "no_mma", "mma_mha", "mma_warps", "no_pdl", "no_cluster", "mma_blocks_per_sm", "split_keys",
-                "mma_row_tiles", "balance", "balance_blocks_per_sm", "merge_kernel")
+                "mma_row_tiles", "balance", "balance_blocks_per_sm", "last_block_merge")
     _OPTION_DEFAULTS = (0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0)  # DecodeOptions' defaults
 
     def set_decode_options(self, **options):

@@ -55,7 +55,7 @@ pvt::DecodeOptions g_options;
 
 void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_warps, bool no_pdl, bool no_cluster,
                         int64_t mma_blocks_per_sm, int64_t mma_row_tiles, int64_t split_keys, int64_t balance,
-                        int64_t mma_row_warps, int64_t balance_blocks_per_sm, bool merge_kernel) {
+                        int64_t mma_row_warps, int64_t balance_blocks_per_sm, bool last_block_merge) {
   pvt::DecodeOptions o;
   o.splits = splits;
   o.no_mma = no_mma;
@@ -69,7 +69,7 @@ void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_w
   o.balance = static_cast<int>(balance);
   o.mma_row_warps = static_cast<int>(mma_row_warps);
   o.balance_blocks_per_sm = static_cast<int>(balance_blocks_per_sm);
-  o.merge_kernel = merge_kernel;
+  o.last_block_merge = last_block_merge;
   check(pvt::decode_plan::check_options(o));
   g_options = o;
 }
@@ -88,7 +88,7 @@ pybind11::dict decode_options() {
   d["balance"] = g_options.balance;
   d["mma_row_warps"] = g_options.mma_row_warps;
   d["balance_blocks_per_sm"] = g_options.balance_blocks_per_sm;
-  d["merge_kernel"] = g_options.merge_kernel;
+  d["last_block_merge"] = g_options.last_block_merge;
   return d;
 }
 
@@ -440,6 +440,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("split_keys") = defaults.split_keys, pybind11::arg("balance") = defaults.balance,
         pybind11::arg("mma_row_warps") = defaults.mma_row_warps,
         pybind11::arg("balance_blocks_per_sm") = defaults.balance_blocks_per_sm,
-        pybind11::arg("merge_kernel") = defaults.merge_kernel);
+        pybind11::arg("last_block_merge") = defaults.last_block_merge);
   m.def("decode_options", &decode_options);
 }

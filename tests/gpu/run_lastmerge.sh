@@ -16,9 +16,9 @@ pre=$1 out=$2
 step plan 8 "$pre/test_decode_plan"
 step last_block 45 "$pre/test_decode_attention" --last-block-cases
 step last_block_all 45 "$pre/test_decode_attention" --last-block-only
-step mixed 80 python3 tests/gpu/bench_mixed.py "$out/mixed.json" --capi --merge-kernel --uniform 4096,16384 \
+step mixed 80 python3 tests/gpu/bench_mixed.py "$out/mixed.json" --capi --last-block --uniform 4096,16384 \
   --uniform-batches 16,32,64
-step families 45 python3 tests/gpu/bench_families.py "$out/families.json" --capi --dtypes fp16 --variants mk \
+step families 45 python3 tests/gpu/bench_families.py "$out/families.json" --capi --dtypes fp16 --variants lb \
   --only llama3_8b,mqa32,qwen2_7b --bs 1:32768,4:8192,1:8192
 for m in noreset offbyone; do
   step "broken_$m" 12 "$pre/test_decode_attention_broken_$m" --last-block-cases

@@ -2,7 +2,7 @@
 // process-wide counter buffer that every call of a pass shares, as a stream's does in use (zeroed once, so a
 // call that leaves a counter nonzero fails the next call's merge, and is caught here right after it), and a
 // case run again, then captured in a CUDA graph and replayed, its counters zero after each and its output the
-// same bit for bit; then with the merge kernel forced (DecodeOptions::merge_kernel), within float rounding.
+// same bit for bit; then merged by the merge kernel (DecodeOptions::last_block_merge off), within float rounding.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -98,7 +98,7 @@ void repeat_and_replay(pvt_test::Report& r, const std::string& name, const pvt::
   if (exec) cudaGraphExecDestroy(exec);
   if (graph) cudaGraphDestroy(graph);
   pvt::DecodeOptions forced = p.options ? *p.options : pvt::DecodeOptions{};
-  forced.merge_kernel = true;
+  forced.last_block_merge = false;
   pvt::DecodeAttentionParams mp = p;
   mp.options = &forced;
   const std::vector<uint8_t> merged = rerun(p.out, bytes, stream, [&] { return call(mp); });

@@ -409,19 +409,20 @@ void test_split_keys(Report& r) {
 
 // The last-block merge's counters (Plan::split_counters): one per (entry, kv head, row group) exactly where a
 // tensor-core plan's splits go through the workspace (not one split, not a cluster, not fixed splits), none with
-// DecodeOptions::merge_kernel; on every row of the table, then on named shapes with their counts written out.
+// DecodeOptions::last_block_merge off (the default); on every row of the table, then on named shapes with their
+// counts written out.
 void test_split_counters(Report& r) {
   for (const Case& c : kCases) {
-    const DecodeOptions o = options_for(c);
-    DecodeOptions forced = o;
-    forced.merge_kernel = true;
+    const DecodeOptions merged_o = options_for(c);
+    DecodeOptions o = merged_o;
+    o.last_block_merge = true;
     Plan plan, merged;
-    if (!plan_case(c, c.option[0] ? &o : nullptr, &plan).ok() || !plan_case(c, &forced, &merged).ok()) continue;
+    if (!plan_case(c, &o, &plan).ok() || !plan_case(c, c.option[0] ? &merged_o : nullptr, &merged).ok()) continue;
     const bool workspace = (plan.mma_kernel || plan.mma_rows) && plan.splits > 1 && !plan.cluster && plan.split_keys == 0;
     const std::string n = "split_counters." + name_of(c);
     r.eq(plan.split_counters, workspace ? c.B * c.Hkv * plan.row_groups : 0, n);
-    r.eq(merged.split_counters, 0, n + ".merge_kernel");
-    r.eq(merged.workspace_bytes, plan.workspace_bytes, n + ".merge_kernel.same_workspace");
+    r.eq(merged.split_counters, 0, n + ".default_merge_kernel");
+    r.eq(merged.workspace_bytes, plan.workspace_bytes, n + ".same_workspace");
   }
   struct Want { const char* name; int64_t B, S, Hq, Hkv, D; int slot; const char* option; int64_t value; int64_t counters; };
   const Want wants[] = {
@@ -436,7 +437,8 @@ void test_split_counters(Report& r) {
   };
   for (const Want& w : wants) {
     const Case c{w.name, 1, w.B, w.S, w.Hq, w.Hkv, w.D, 1, w.slot, 0, 0, w.option, w.value, {}, 1};
-    const DecodeOptions o = options_for(c);
+    DecodeOptions o = options_for(c);
+    o.last_block_merge = true;
     Plan plan;
     if (!r.ok(plan_case(c, &o, &plan), std::string("split_counters.") + w.name + ".plan")) continue;
     const int64_t want = w.counters >= 0 ? w.counters : w.B * plan.row_groups;
