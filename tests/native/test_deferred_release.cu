@@ -30,6 +30,7 @@ using namespace pvt;
 using pvt_test::Report;
 using pvt_test::UnmapObserver;
 using pvt_test::check_cuda;
+using pvt_test::device_bytes_are;
 using pvt_test::spin_kernel;
 
 namespace {
@@ -71,10 +72,8 @@ void graph_rounds(Report& r, UnmapObserver& obs, SlotCache& cache, cudaStream_t 
     deferred = deferred && cache.pending_chunks() == 2 && cudaEventQuery(read_done) == cudaErrorNotReady;
     cudaStreamSynchronize(s);
     (void)cache.collect(false);
-    std::vector<unsigned char> got(bytes);
-    const cudaError_t copied = cudaMemcpy(got.data(), out, bytes, cudaMemcpyDeviceToHost);
-    contents_ok = contents_ok && copied == cudaSuccess &&
-                  std::all_of(got.begin(), got.end(), [](unsigned char b) { return b == 0x5a; });
+    std::string why;
+    contents_ok = contents_ok && device_bytes_are(out, bytes, 0x5a, nullptr, &why);
   }
   r.check(released_at_once, "graph: slot_reads_as_released_at_once");
   r.check(deferred, "graph: unmaps_deferred_while_the_graph_runs");
@@ -149,14 +148,9 @@ int main(int argc, char** argv) {
     all_deferred = all_deferred && cache->pending_chunks() == 2 && cudaEventQuery(read_done) == cudaErrorNotReady;
     cudaStreamSynchronize(s);
     (void)cache->collect(false);
-    std::vector<unsigned char> got(bytes);
-    const cudaError_t copied = cudaMemcpy(got.data(), out, bytes, cudaMemcpyDeviceToHost);
-    const bool same = copied == cudaSuccess &&
-                      std::all_of(got.begin(), got.end(), [&](unsigned char b) { return b == value; });
-    if (!same && contents_ok) {
-      std::printf("info round %d: copy %s, first byte %d, want %d\n", round, cudaGetErrorString(copied),
-                  static_cast<int>(got[0]), static_cast<int>(value));
-    }
+    std::string why;
+    const bool same = device_bytes_are(out, bytes, value, nullptr, &why);
+    if (!same && contents_ok) std::printf("info round %d: %s\n", round, why.c_str());
     contents_ok = contents_ok && same;
   }
   r.check(all_released_at_once, "slot_reads_as_released_at_once");

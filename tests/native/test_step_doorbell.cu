@@ -33,6 +33,7 @@ using namespace pvt;
 using pvt_test::Report;
 using pvt_test::UnmapObserver;
 using pvt_test::check_cuda;
+using pvt_test::device_bytes_are;
 using pvt_test::spin_kernel;
 
 namespace {
@@ -184,11 +185,8 @@ void fenced_cache(Report& r, cudaStream_t s, bool no_counters) {
     }
     (void)cache->collect(false);
     retired_after_step = retired_after_step && cache->pending_chunks() == 0;
-    std::vector<unsigned char> got(bytes);
-    const cudaError_t copied = cudaMemcpyAsync(got.data(), out, bytes, cudaMemcpyDeviceToHost, idle);
-    const cudaError_t synced = cudaStreamSynchronize(idle);
-    contents_ok = contents_ok && copied == cudaSuccess && synced == cudaSuccess &&
-                  std::all_of(got.begin(), got.end(), [](unsigned char b) { return b == 0x5a; });
+    std::string why;
+    contents_ok = contents_ok && device_bytes_are(out, bytes, 0x5a, idle, &why);
   }
   r.ok(d->stop(), "cache: stop");
   obs.running = nullptr;

@@ -1,12 +1,14 @@
-// Shared by the CUDA native tests that check unmap order (test_cuda.cu, test_deferred_release.cu):
-// the observing backend, the spin kernel (spin_kernel_cuda.cuh) that keeps a reader queued, a check of a
-// runtime call.
+// Shared by the CUDA native tests that check unmap order (test_cuda.cu, test_deferred_release.cu,
+// test_step_doorbell.cu): the observing backend, the spin kernel (spin_kernel_cuda.cuh) that keeps a reader
+// queued, a check of a runtime call, and a check of what a reader copied.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/backend.h"
 #include "harness.h"
@@ -58,6 +60,25 @@ class UnmapObserver final : public Backend {
 
 inline bool check_cuda(Report& r, cudaError_t e, const std::string& name) {
   return r.check(e == cudaSuccess, name, cudaGetErrorString(e));
+}
+
+// Whether the `bytes` device bytes at `p` are all `value`: copied out on `stream` and waited for (the
+// legacy default stream where null: it also waits for the other blocking streams' work; a doorbell's test
+// passes a stream of its own, since launches waiting for a ring must not hold the copy). *why says what
+// differed, for a failure's message.
+inline bool device_bytes_are(const void* p, size_t bytes, unsigned char value, cudaStream_t stream,
+                             std::string* why) {
+  std::vector<unsigned char> got(bytes);
+  cudaError_t e = cudaMemcpyAsync(got.data(), p, bytes, cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) {
+    *why = std::string("copy: ") + cudaGetErrorString(e);
+    return false;
+  }
+  const auto bad = std::find_if(got.begin(), got.end(), [&](unsigned char b) { return b != value; });
+  if (bad == got.end()) return true;
+  *why = "byte " + std::to_string(bad - got.begin()) + " is " + std::to_string(*bad) + ", want " + std::to_string(value);
+  return false;
 }
 
 }  // namespace pvt_test
