@@ -311,6 +311,12 @@ Status check_options(const DecodeOptions& o) {
                   "and options.balance_blocks_per_sm >= 0; got " + std::to_string(o.balance) + ", " +
                       std::to_string(o.balance_blocks_per_sm));
   }
+  if ((o.merge_chunk != 0 && o.merge_chunk != kMergeChunk && o.merge_chunk != kMergeChunkWide) ||
+      (o.merge_chunk == kMergeChunkWide && o.split_keys > 0)) {
+    return Status(Code::kInvalidArgument,
+                  "decode_attention_cuda: options.merge_chunk must be 0, " + std::to_string(kMergeChunk) + " or " +
+                      std::to_string(kMergeChunkWide) + " (not with split_keys); got " + std::to_string(o.merge_chunk));
+  }
   const int t = o.mma_row_tiles, rw = o.mma_row_warps;
   if (rw != 0 && rw != -1 && rw != 2 && rw != 4 && rw != 8) {
     return Status(Code::kInvalidArgument, "decode_attention_cuda: options.mma_row_warps must be 0, -1, 2, 4 or 8; got " +

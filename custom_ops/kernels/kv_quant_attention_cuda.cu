@@ -39,7 +39,6 @@ using quant_cuda::Launch;
 using quant_cuda::partial_at;
 
 using quant_plan::kMaxSplits;
-using quant_plan::kMergeAtOnce;
 using quant_plan::kMinKeysPerSplit;
 
 constexpr int kWarps = 4;
@@ -180,12 +179,12 @@ __global__ void __launch_bounds__(kWarps * 32) split_kernel(QuantAttentionParams
   }
 }
 
-// One block per (entry, query head), one thread per output element: kMergeAtOnce splits' partials are
-// loaded together (indices clamped, no branch) and folded into an online softmax, so a merge of up to
-// that many splits is ONE L2 round trip (a loop of loads per split waited one round trip per few
-// splits: about 8 of them for 16 splits, several microseconds of a B = 1 call). Launched
-// programmatically behind the split kernel: it waits for that grid before reading the partials.
-template <typename T, int D>
+// One block per (entry, query head), one thread per output element: N splits' partials are loaded
+// together (indices clamped, no branch) and folded into an online softmax, so a merge of up to that many
+// splits is ONE L2 round trip (a loop of loads per split waited one round trip per few splits: about 8 of
+// them for 16 splits, several microseconds of a B = 1 call); N = merge_chunk_of (decode_attention_plan.h).
+// Launched programmatically behind the split kernel: it waits for that grid before reading the partials.
+template <typename T, int D, int N>
 __global__ void merge_kernel(QuantAttentionParams p, Launch l, const float* ws) {
   cuda_launch::wait_for_previous_grid();
   cuda_launch::allow_next_grid();  // the next call's blocks may be placed; they wait for this grid
@@ -196,10 +195,10 @@ __global__ void merge_kernel(QuantAttentionParams p, Launch l, const float* ws) 
   if (e.refused && threadIdx.x == 0 && a.error_flag) *a.error_flag = 1;
   const float* part = ws + partial_at(a, l, b, h, 0);
   float mx = -INFINITY, lsum = 0.f, o = 0.f;
-  for (int s0 = 0; s0 < l.splits; s0 += kMergeAtOnce) {
-    float mj[kMergeAtOnce], lj[kMergeAtOnce], oj[kMergeAtOnce];
+  for (int s0 = 0; s0 < l.splits; s0 += N) {
+    float mj[N], lj[N], oj[N];
 #pragma unroll
-    for (int u = 0; u < kMergeAtOnce; ++u) {
+    for (int u = 0; u < N; ++u) {
       const int64_t at = static_cast<int64_t>(s0 + u < l.splits ? s0 + u : l.splits - 1) * (D + 2);
       mj[u] = part[at];
       lj[u] = part[at + 1];
@@ -290,8 +289,12 @@ Status run(const QuantAttentionParams& p, const Launch& l, cudaStream_t stream) 
   }
   if (l.mma_writes_rows()) return Status::Ok();  // one split: the tensor-core kernel wrote the rows
   // Programmatic dependent launch (Hopper): the merge is placed while the split kernel ends.
-  return decode_cuda::launch_kernel(merge_kernel<T, D>, dim3(static_cast<unsigned>(a.batch * a.q_heads)), D, 0, 1,
-                                    l.programmatic, stream, p, l, static_cast<const float*>(ws));
+  const auto merge = decode_plan::merge_chunk_of(l.splits, false, decode_plan::options_of(a).merge_chunk) ==
+                             decode_plan::kMergeChunkWide
+                         ? merge_kernel<T, D, decode_plan::kMergeChunkWide>
+                         : merge_kernel<T, D, decode_plan::kMergeChunk>;
+  return decode_cuda::launch_kernel(merge, dim3(static_cast<unsigned>(a.batch * a.q_heads)), D, 0, 1, l.programmatic,
+                                    stream, p, l, static_cast<const float*>(ws));
 }
 
 template <typename T, KvQuant kKind>

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string>
 
+#include "decode_attention_plan.h"  // merge_chunk_of: the merge kernels' round trips
+
 namespace pvt {
 namespace quant_plan {
 
@@ -17,7 +19,8 @@ int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t s
   int64_t best = 1, best_cost = INT64_MAX;
   for (int64_t s = 1; s <= std::min<int64_t>({tiles, most, kMaxSplits}); ++s) {
     const int64_t per = (tiles + s - 1) / s, waves = (blocks * s + slots - 1) / slots;
-    const int64_t merge = s > 1 ? kMergeKernelTiles + (s + kMergeAtOnce - 1) / kMergeAtOnce : 0;
+    const int64_t chunk = decode_plan::merge_chunk_of(s, false, 0);
+    const int64_t merge = s > 1 ? kMergeKernelTiles + (s + chunk - 1) / chunk : 0;
     const int64_t cost = waves * (per + kBlockCostTiles) + merge;
     if (cost < best_cost) best = s, best_cost = cost;
   }

@@ -12,7 +12,6 @@ namespace pvt {
 namespace quant_plan {
 
 constexpr int64_t kMaxSplits = 128;
-constexpr int kMergeAtOnce = 16;        // splits the merge kernel loads per L2 round trip
 constexpr int64_t kBlockCostTiles = 2;  // a block's fixed cost (q, pipeline prologue, its merge) in tiles
 constexpr int64_t kMinKeysPerSplit = 256;
 // What merge_kernel costs behind the split kernel, in tiles of a block's work: the kernel ends, the merge's
@@ -21,9 +20,9 @@ constexpr int64_t kMinKeysPerSplit = 256;
 constexpr int64_t kMergeKernelTiles = 2;
 
 // The fewest splits that minimise waves x (tiles a split + kBlockCostTiles), plus, with more than one
-// split, the merge kernel and a round trip per kMergeAtOnce splits, for `blocks` blocks a split over
-// `tiles` tiles of keys, `slots` blocks resident at once, at most `most` splits (and kMaxSplits, and one
-// tile a split).
+// split, the merge kernel and its L2 round trips (merge_chunk_of splits each), for `blocks` blocks a split
+// over `tiles` tiles of keys, `slots` blocks resident at once, at most `most` splits (and kMaxSplits, and
+// one tile a split).
 int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t slots);
 
 // The forced block shape is one the kernel has: mma_warps (DecodeOptions) 0, 4 or 8 is checked by the

@@ -23,6 +23,8 @@ under 1 GiB.
 Usage: python3 tests/gpu/bench_families.py OUT.json [--quick] [--reps N] [--max-gib G] [--dtypes fp16,bf16]
        [--only NAME,...] [--budget-s SECONDS] [--variants [NAME,...]] [--min-rows R (only rows of at least R
        query rows a kv head, q heads / kv heads x Tq: those a rule for large groups can touch)]
+       [--bs B:S,... (only these batch and length pairs, one-token rows)] [--capi (the kernels from
+       build/spec_capi/libpvt_spec.so, pvt_capi.py: nothing compiled here; no mma_probe)]
 """
 import json
 import sys
@@ -164,18 +166,24 @@ def main():
     # --variants alone: all of them; --variants NAME,... (no leading dash): those
     after = sys.argv[sys.argv.index("--variants") + 1:] if "--variants" in sys.argv else []
     picked = set(after[0].split(",")) if after and not after[0].startswith("-") else set()
-    ext = build.load()
+    bs = {tuple(int(x) for x in p.split(":")) for p in arg("--bs", "").split(",") if p}
+    if "--capi" in sys.argv:
+        from pvt_capi import CApi
+        ext = CApi()
+    else:
+        ext = build.load()
     torch.manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     copy_gbs = copy_rate()
     head = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "d2d_copy_gbs": round(copy_gbs),
             "l2_mib": round(l2 / 2**20, 1), "reps": reps, "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
-    head["mma_probe"] = ext.mma_probe()  # each tensor-core instance: built, sm_80 code, blocks an SM, errors
+    if hasattr(ext, "mma_probe"):
+        head["mma_probe"] = ext.mma_probe()  # each tensor-core instance: built, sm_80 code, blocks an SM, errors
     print(json.dumps(head), flush=True)
     rows, skipped, t0 = [], [], time.time()
     for fam, hq, hkv, D, B, S, tq in shapes():
         for dt in dts:
-            if only and fam not in only or hq // hkv * tq < min_rows:
+            if only and fam not in only or hq // hkv * tq < min_rows or bs and ((B, S) not in bs or tq > 1):
                 continue
             if "--quick" in sys.argv and (B not in (1, 16) or S not in (512, 8192)) and tq == 1:
                 continue

@@ -79,7 +79,7 @@ int64_t pvt_capi_mapped_bytes_total(int device) {
 }
 
 // ints: splits, no_mma, mma_mha, mma_warps, no_pdl, no_cluster, mma_blocks_per_sm, split_keys, mma_row_tiles,
-// balance, balance_blocks_per_sm (pvt::DecodeOptions).
+// balance, balance_blocks_per_sm, merge_chunk (pvt::DecodeOptions).
 int pvt_capi_set_decode_options(const int64_t* ints) {
   pvt::DecodeOptions o;
   o.splits = ints[0];
@@ -93,6 +93,7 @@ int pvt_capi_set_decode_options(const int64_t* ints) {
   o.mma_row_tiles = static_cast<int>(ints[8]);
   o.balance = static_cast<int>(ints[9]);
   o.balance_blocks_per_sm = static_cast<int>(ints[10]);
+  o.merge_chunk = static_cast<int>(ints[11]);
   const pvt::Status s = pvt::decode_plan::check_options(o);
   if (!s.ok()) return status(s);
   g_options = o;
@@ -119,8 +120,8 @@ int pvt_capi_plan(const int64_t* dims, void* const* ptrs, const int64_t* strides
   if (!s.ok()) return status(s);
   const int64_t v[] = {pl.mma_kernel,  pl.rows_kernel, pl.mma_tiles,    pl.mma_warps,
                        pl.splits,      pl.cluster,     pl.balance_grid, static_cast<int64_t>(pl.workspace_bytes),
-                       pl.balance_plain_splits};
-  std::copy(v, v + 9, out);
+                       pl.balance_plain_splits, pl.row_groups};
+  std::copy(v, v + 10, out);
   return 0;
 }
 

@@ -506,6 +506,30 @@ void test_balance(Report& r) {
 
 }
 
+// The merge kernels' splits a round trip: 16 up to 16 splits, 32 past them, never 32 with fixed splits
+// (split_keys: the fold order is part of batch invariance); forced 16 or 32 only, 32 not with split_keys.
+void test_merge_chunk(Report& r) {
+  r.eq(merge_chunk_of(2, false, 0), 16, "merge_chunk.two_splits");
+  r.eq(merge_chunk_of(16, false, 0), 16, "merge_chunk.sixteen");
+  r.eq(merge_chunk_of(17, false, 0), 32, "merge_chunk.seventeen_wide");
+  r.eq(merge_chunk_of(128, false, 0), 32, "merge_chunk.most");
+  r.eq(merge_chunk_of(64, true, 0), 16, "merge_chunk.fixed_splits_keep_16");
+  r.eq(merge_chunk_of(64, false, 16), 16, "merge_chunk.forced_16");
+  r.eq(merge_chunk_of(4, false, 32), 32, "merge_chunk.forced_32");
+  DecodeOptions o;
+  for (int bad : {-16, 8, 64, 128}) {
+    o.merge_chunk = bad;
+    r.code(check_options(o), Code::kInvalidArgument, "merge_chunk.refused_" + std::to_string(bad));
+  }
+  o.merge_chunk = 32;
+  r.code(check_options(o), Code::kOk, "merge_chunk.32_ok");
+  o.split_keys = 256;
+  r.code(check_options(o), Code::kInvalidArgument, "merge_chunk.32_with_split_keys");
+  o.merge_chunk = 16;
+  r.code(check_options(o), Code::kOk, "merge_chunk.16_with_split_keys");
+
+}
+
 // The 8-bit tensor-core plan (kv_quant_attention_plan.h) on the 132-SM device, 32 query heads (a block
 // takes a kv head's 1 or 4 query heads: blocks a split = B x Hkv): block shape and split count, the values
 // worked out by hand from the rules' comments (docs/QUANTIZED_CACHE.md's H200 runs).
@@ -561,5 +585,6 @@ int main() {
   test_split_keys(r);
   test_balance(r);
   test_quant_plan(r);
+  test_merge_chunk(r);
   return r.finish();
 }

@@ -391,6 +391,7 @@ bool g_sweep_auto = false;  // --auto: the sweep's rows at the planner's count o
 int g_warps = 0;            // --warps N: the 8-bit tensor-core blocks of N warps in the sweep and bench
 int g_warp_keys = 0;        // --warp-keys N: ... of warps taking N keys of every tile (16 or 32)
 int64_t g_batch = 0;        // --batch N: the sweep's and the bench's rows of batch N only
+int g_merge_chunk = 0;      // --merge-chunk N: DecodeOptions::merge_chunk in the sweep and the bench
 
 void sweep(bool profile) {
   cudaStream_t s;
@@ -433,6 +434,7 @@ void sweep(bool profile) {
         pvt::DecodeOptions opts;
         opts.splits = n;
         opts.mma_warps = g_warps;
+        opts.merge_chunk = g_merge_chunk;
         pvt::QuantAttentionParams p;
         p.attn = bench_attn(B, Hkv, S, q.p, out.p);
         p.attn.options = &opts;
@@ -531,7 +533,8 @@ void bench() {
           p.attn.workspace = nullptr, p.attn.workspace_bytes = 0;
           pvt::DecodeOptions qopts;
           qopts.mma_warps = g_warps;
-          if (g_warps > 0) p.attn.options = &qopts;
+          qopts.merge_chunk = g_merge_chunk;
+          if (g_warps > 0 || g_merge_chunk > 0) p.attn.options = &qopts;
           p.warp_keys = g_warp_keys;
           set_bench_kind(&p, kind, fp8_scale.p, kind == 0 ? k8[0] : ki[0], kind == 0 ? v8[0] : vi[0], ksc[0], vsc[0]);
           const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
@@ -629,7 +632,7 @@ void test_bad_warp_keys() {
 // --sweep: the split-count sweep only (with --auto: the planner's count only); --profile: sweep's plain calls for a profiler;
 // --warps 4|8: the 8-bit tensor-core kernel's blocks forced to that many warps in the sweep and the bench;
 // --warp-keys 16|32: ... to warps of that many keys of every tile; --batch N: the sweep's and the bench's rows
-// of batch N only.
+// of batch N only; --merge-chunk 16|32: the merge's splits a round trip forced in both.
 int main(int argc, char** argv) {
   bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false;
   bool& sweep_auto = g_sweep_auto;
@@ -644,6 +647,7 @@ int main(int argc, char** argv) {
     if (arg == "--warps" && i + 1 < argc) g_warps = std::atoi(argv[++i]);
     if (arg == "--warp-keys" && i + 1 < argc) g_warp_keys = std::atoi(argv[++i]);
     if (arg == "--batch" && i + 1 < argc) g_batch = std::atoll(argv[++i]);
+    if (arg == "--merge-chunk" && i + 1 < argc) g_merge_chunk = std::atoi(argv[++i]);
   }
   if (sweep_only || profile) {
     sweep(profile);
