@@ -58,7 +58,7 @@ struct DecodeOptions {
   // > 0: the rule's budget, this many blocks an SM, instead of its choice by shape (budget_of in
   // decode_attention_balance_plan.cc); a knob for measuring other budgets with the device's choice kept.
   int balance_blocks_per_sm = 0;
-  // 8-bit caches (kv_quant_attention.h): 0, the plan's (merge_chunk_of, decode_attention_plan.h); 16 or 32:
+  // 8-bit caches (kv_quant_attention.h): 0, the plan's (merge_chunk_of, kv_quant_attention_plan.h); 16 or 32:
   // splits their merge kernel reads per L2 round trip, forced. (32 is refused with split_keys.)
   int merge_chunk = 0;
 };

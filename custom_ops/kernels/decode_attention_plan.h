@@ -40,18 +40,7 @@ constexpr int kMmaMaxTiles = 8;           // M-tiles of one tensor-core block: 1
 constexpr int kMmaStages = 3;             // tiles in flight with one M-tile: two load while one is used
 constexpr int kMaxClusterSplits = 8;      // most blocks of a cluster: the portable limit (16 measured slower)
 constexpr int kMergeChunk = 16;           // splits merge_splits_kernel reads per L2 round trip
-constexpr int kMergeChunkWide = 32;       // the 8-bit merge's past kMergeChunk splits (merge_chunk_of)
-
-// Splits the 8-bit merge kernel reads per L2 round trip for a plan of `splits` splits: kMergeChunkWide past
-// kMergeChunk splits, so that 17-32 splits take one round trip instead of two and 33-64 two instead of 3-4,
-// at the price of 3 x 32 loads in flight a thread (211 registers, no spill; 48 spilled). H200 (2026-12-02,
-// docs/QUANTIZED_CACHE.md): GQA B = 1 with 32 splits 2-6% faster, fp8 and int8, 16k-64k. The float16 merge
-// keeps kMergeChunk: the same wide chunk was mixed there (MQA B = 1 8k 8.6% faster, StarCoder B = 1 and MQA
-// B = 1 32k 5-6% slower; docs/H200_DECODE_PARITY.md). Never for fixed splits (`fixed`: split_keys), whose fold
-// order would be part of a bit-for-bit contract. `forced` (DecodeOptions::merge_chunk, checked): that chunk.
-PVT_HOST_DEVICE constexpr int merge_chunk_of(int64_t splits, bool fixed, int forced) {
-  return forced != 0 ? forced : !fixed && splits > kMergeChunk ? kMergeChunkWide : kMergeChunk;
-}
+constexpr int kMergeChunkWide = 32;       // the 8-bit merge's past kMergeChunk splits (quant_plan::merge_chunk_of)
 
 // Keys one pass of a one-row block covers (its unit of work): kTile keys for each of its key groups.
 PVT_HOST_DEVICE constexpr int block_step(int lanes) { return kWarps * (32 / lanes) * kTile; }

@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kWarps * 32) split_kernel(QuantAttentionParams
 // One block per (entry, query head), one thread per output element: N splits' partials are loaded
 // together (indices clamped, no branch) and folded into an online softmax, so a merge of up to that many
 // splits is ONE L2 round trip (a loop of loads per split waited one round trip per few splits: about 8 of
-// them for 16 splits, several microseconds of a B = 1 call); N = merge_chunk_of (decode_attention_plan.h).
+// them for 16 splits, several microseconds of a B = 1 call); N = merge_chunk_of (kv_quant_attention_plan.h).
 // Launched programmatically behind the split kernel: it waits for that grid before reading the partials.
 template <typename T, int D, int N>
 __global__ void merge_kernel(QuantAttentionParams p, Launch l, const float* ws) {
@@ -289,7 +289,7 @@ Status run(const QuantAttentionParams& p, const Launch& l, cudaStream_t stream) 
   }
   if (l.mma_writes_rows()) return Status::Ok();  // one split: the tensor-core kernel wrote the rows
   // Programmatic dependent launch (Hopper): the merge is placed while the split kernel ends.
-  const auto merge = decode_plan::merge_chunk_of(l.splits, false, decode_plan::options_of(a).merge_chunk) ==
+  const auto merge = quant_plan::merge_chunk_of(l.splits, decode_plan::options_of(a).merge_chunk) ==
                              decode_plan::kMergeChunkWide
                          ? merge_kernel<T, D, decode_plan::kMergeChunkWide>
                          : merge_kernel<T, D, decode_plan::kMergeChunk>;

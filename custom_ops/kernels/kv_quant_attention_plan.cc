@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-#include "decode_attention_plan.h"  // merge_chunk_of: the merge kernels' round trips
+#include "decode_attention_plan.h"  // kMergeChunk, kMergeChunkWide
 
 namespace pvt {
 namespace quant_plan {
@@ -19,12 +19,17 @@ int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t s
   int64_t best = 1, best_cost = INT64_MAX;
   for (int64_t s = 1; s <= std::min<int64_t>({tiles, most, kMaxSplits}); ++s) {
     const int64_t per = (tiles + s - 1) / s, waves = (blocks * s + slots - 1) / slots;
-    const int64_t chunk = decode_plan::merge_chunk_of(s, false, 0);
+    const int64_t chunk = merge_chunk_of(s, 0);
     const int64_t merge = s > 1 ? kMergeKernelTiles + (s + chunk - 1) / chunk : 0;
     const int64_t cost = waves * (per + kBlockCostTiles) + merge;
     if (cost < best_cost) best = s, best_cost = cost;
   }
   return best;
+}
+
+int merge_chunk_of(int64_t splits, int forced) {
+  using decode_plan::kMergeChunk;
+  return forced != 0 ? forced : splits > kMergeChunk ? decode_plan::kMergeChunkWide : kMergeChunk;
 }
 
 Status check_warp_keys(int mma_warps, int warp_keys) {

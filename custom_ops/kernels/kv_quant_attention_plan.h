@@ -19,6 +19,15 @@ constexpr int64_t kMinKeysPerSplit = 256;
 // its rows): 1.0-1.8 us less at B = 1 on the H200, about two 128-key tiles there (docs/QUANTIZED_CACHE.md).
 constexpr int64_t kMergeKernelTiles = 2;
 
+// Splits the 8-bit merge kernel reads per L2 round trip for a plan of `splits` splits: decode_plan's
+// kMergeChunkWide past kMergeChunk splits, so that 17-32 splits take one round trip instead of two and 33-64
+// two instead of 3-4, at the price of 3 x 32 loads in flight a thread (211 registers, no spill; 48 spilled).
+// H200 (2026-12-02, docs/QUANTIZED_CACHE.md): GQA B = 1 with 32 splits 2-6% faster, fp8 and int8, 16k-64k.
+// The float16 merge keeps kMergeChunk: the same wide chunk was mixed there (MQA B = 1 8k 8.6% faster,
+// StarCoder B = 1 and MQA B = 1 32k 5-6% slower; docs/H200_DECODE_PARITY.md). `forced`
+// (DecodeOptions::merge_chunk, checked by decode_plan::check_options): that chunk.
+int merge_chunk_of(int64_t splits, int forced);
+
 // The fewest splits that minimise waves x (tiles a split + kBlockCostTiles), plus, with more than one
 // split, the merge kernel and its L2 round trips (merge_chunk_of splits each), for `blocks` blocks a split
 // over `tiles` tiles of keys, `slots` blocks resident at once, at most `most` splits (and kMaxSplits, and

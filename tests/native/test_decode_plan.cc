@@ -506,16 +506,16 @@ void test_balance(Report& r) {
 
 }
 
-// The merge kernels' splits a round trip: 16 up to 16 splits, 32 past them, never 32 with fixed splits
-// (split_keys: the fold order is part of batch invariance); forced 16 or 32 only, 32 not with split_keys.
+// The 8-bit merge's splits a round trip: 16 up to 16 splits, 32 past them; forced 16 or 32 only, 32 not with
+// split_keys (check_options).
 void test_merge_chunk(Report& r) {
-  r.eq(merge_chunk_of(2, false, 0), 16, "merge_chunk.two_splits");
-  r.eq(merge_chunk_of(16, false, 0), 16, "merge_chunk.sixteen");
-  r.eq(merge_chunk_of(17, false, 0), 32, "merge_chunk.seventeen_wide");
-  r.eq(merge_chunk_of(128, false, 0), 32, "merge_chunk.most");
-  r.eq(merge_chunk_of(64, true, 0), 16, "merge_chunk.fixed_splits_keep_16");
-  r.eq(merge_chunk_of(64, false, 16), 16, "merge_chunk.forced_16");
-  r.eq(merge_chunk_of(4, false, 32), 32, "merge_chunk.forced_32");
+  using pvt::quant_plan::merge_chunk_of;
+  r.eq(merge_chunk_of(2, 0), 16, "merge_chunk.two_splits");
+  r.eq(merge_chunk_of(16, 0), 16, "merge_chunk.sixteen");
+  r.eq(merge_chunk_of(17, 0), 32, "merge_chunk.seventeen_wide");
+  r.eq(merge_chunk_of(128, 0), 32, "merge_chunk.most");
+  r.eq(merge_chunk_of(64, 16), 16, "merge_chunk.forced_16");
+  r.eq(merge_chunk_of(4, 32), 32, "merge_chunk.forced_32");
   DecodeOptions o;
   for (int bad : {-16, 8, 64, 128}) {
     o.merge_chunk = bad;
