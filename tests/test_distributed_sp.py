@@ -13,6 +13,7 @@ import paddle
 import pytest
 
 import paddle_vtensor as pvt
+from paddle_vtensor.bench import sp_decode
 from paddle_vtensor.generation.distributed import balanced_split
 from paddle_vtensor.generation.sp_exchange import HEADER_BYTES, payload_bytes
 
@@ -32,7 +33,7 @@ def test_balanced_split_gives_each_token_to_the_rank_with_fewest():
 
 
 def launch(tmp_path, *args, worker="distributed_sp_worker.py", nproc=2):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
+    env = sp_decode.rank_env()  # the source tree's package; Paddle's store as sp-decode starts it
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc), "--log_dir",
            str(tmp_path / "log"), os.path.join(HERE, worker), str(tmp_path), *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -74,6 +75,18 @@ def test_two_ranks_match_one_process_every_step(tmp_path):
         payloads = 2 * (2 * 33 * HEADER_BYTES + 2 * token * 42)  # padded to each step's new tokens (42 a run)
         handshakes = HEADER_BYTES + 5 * (HEADER_BYTES + token)  # the first one before any layout is agreed
         assert st["collective_bytes_sent"] == payloads + 5 * (HEADER_BYTES + token) + handshakes, st
+
+
+def test_ranks_get_this_package_and_paddles_store_without_libuv_unless_the_caller_chose(monkeypatch):
+    """The launches here and sp-decode's start their ranks with rank_env(): Paddle 3.3's libuv store now
+    and then killed rank 0 at exit (sp_decode.PADDLE_STORE_FLAG says when)."""
+    flag, off = sp_decode.PADDLE_STORE_FLAG
+    monkeypatch.delenv(flag, raising=False)
+    env = sp_decode.rank_env()
+    assert env[flag] == off == "0"
+    assert os.path.isfile(os.path.join(env["PYTHONPATH"].split(os.pathsep)[0], "paddle_vtensor", "__init__.py"))
+    monkeypatch.setenv(flag, "1")
+    assert sp_decode.rank_env()[flag] == "1"
 
 
 def test_llama_across_two_ranks_gives_the_one_process_tokens(tmp_path):

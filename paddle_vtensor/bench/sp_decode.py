@@ -62,9 +62,25 @@ def run(args) -> int:
     return 0 if result["tokens_identical"] else 1
 
 
-def launch(config: dict, tmp: str) -> list[dict]:
+# Paddle 3.3's libuv TCP store, which rank 0 serves, now and then kills rank 0 as it exits, after the rank's
+# work is done and its results are written: SIGABRT with no message, the launch's exit status 250. A core of
+# it: the store's daemon thread aborting in LibUVClient::readCallback while the main thread ran the exit
+# handlers (a peer's connection closing then). 4 of 37 launches on a 2-core VM; with Paddle's other store
+# (this flag off) 0 in 36 (docs/SEQUENCE_PARALLEL.md). A setting of the caller's own wins.
+PADDLE_STORE_FLAG = ("FLAGS_tcp_store_using_libuv", "0")
+
+
+def rank_env() -> dict:
+    """The environment for ranks started by ``paddle.distributed.launch``: this package importable from
+    its source tree, and Paddle's TCP store without libuv (``PADDLE_STORE_FLAG``)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    env.setdefault(*PADDLE_STORE_FLAG)
+    return env
+
+
+def launch(config: dict, tmp: str) -> list[dict]:
+    env = rank_env()
     cfg_path = os.path.join(tmp, "config.json")
     with open(cfg_path, "w") as f:
         json.dump(config, f)
