@@ -66,7 +66,7 @@ def run(args) -> int:
 # work is done and its results are written: SIGABRT with no message, the launch's exit status 250. A core of
 # it: the store's daemon thread aborting in LibUVClient::readCallback while the main thread ran the exit
 # handlers (a peer's connection closing then). 4 of 37 launches on a 2-core VM; with Paddle's other store
-# (this flag off) 0 in 36 (docs/SEQUENCE_PARALLEL.md). A setting of the caller's own wins.
+# (this flag off) 0 of 76 (docs/SEQUENCE_PARALLEL.md). A setting of the caller's own wins.
 PADDLE_STORE_FLAG = ("FLAGS_tcp_store_using_libuv", "0")
 
 
