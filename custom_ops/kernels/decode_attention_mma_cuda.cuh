@@ -321,6 +321,10 @@ __global__ void __launch_bounds__(WARPS * 32)
   int64_t b = bi, hk = eh - bi * kvh;
   int64_t split = blockIdx.y, n_splits = splits.n, s_lo = 0, s_hi = 0;  // s_lo, s_hi: whole tiles of its keys
 
+#ifdef PVT_DEBUG_SMID  // diagnostic build only (branch smid): where each block ran, and when
+  unsigned long long dbg_t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(dbg_t0));
+#endif
   wait_for_previous_grid();
   [[maybe_unused]] bool plain_block = false;  // a balanced grid's block that took the plain grid's (the rule)
   if constexpr (BALANCED) {  // the block's work from the lengths (shared memory free until the tiles load)
@@ -342,6 +346,20 @@ __global__ void __launch_bounds__(WARPS * 32)
   const T* vb = static_cast<const T*>(p.v) + e.kv_row * p.v_stride[1] + hk * p.v_stride[2];
   const int64_t ks0 = p.k_stride[0], vs0 = p.v_stride[0];
   const int64_t n_tiles = s_hi > s_lo ? (s_hi - s_lo + kMmaKeys - 1) / kMmaKeys : 0;
+#ifdef PVT_DEBUG_SMID
+  struct DbgPrint {
+    unsigned long long t0; int bal, plain, eh, split; int64_t lo, hi;
+    __device__ ~DbgPrint() {
+      if (threadIdx.x != 0) return;
+      unsigned long long t1;
+      unsigned sm;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      printf("SMID blk %u %u sm %u bal %d plain %d eh %d split %d keys %lld t0 %llu t1 %llu\n", blockIdx.x, blockIdx.y, sm,
+             bal, plain, eh, split, static_cast<long long>(hi - lo), t0, t1);
+    }
+  } dbg_print{dbg_t0, BALANCED ? 1 : 0, plain_block ? 1 : 0, eh, static_cast<int>(split), s_lo, s_hi};
+#endif
 
   uint4* sq = smem + 2 * STAGES * (kMmaKeys * CHS);  // the query rows, [ROWS][CHS] swizzled
 

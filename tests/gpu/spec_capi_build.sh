@@ -9,7 +9,7 @@ out=build/spec_capi
 mkdir -p "$out/obj"
 printf '%s\0' tests/gpu/spec_capi.cu custom_ops/core/*.cc custom_ops/kernels/*.cc custom_ops/kernels/*.cu |
   xargs -0 -P "$(nproc)" -I{} sh -c 'nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 \
-    -DPADDLE_VTENSOR_WITH_CUDA -Icustom_ops -Xcompiler -fPIC -c "$1" -o "$2/obj/$(basename "$1").o"' _ {} "$out"
+    -DPADDLE_VTENSOR_WITH_CUDA ${EXTRA_NVCC_FLAGS:-} -Icustom_ops -Xcompiler -fPIC -c "$1" -o "$2/obj/$(basename "$1").o"' _ {} "$out"
 nvcc -shared -o "$out/libpvt_spec.so" "$out"/obj/*.o
 rm -r "$out/obj"
 echo "built $out/libpvt_spec.so"
