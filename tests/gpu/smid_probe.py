@@ -20,6 +20,12 @@ CASES = [  # name, q heads, kv heads, B, lengths ("u4096" or "skewed"), DecodeOp
     ("qwen2_b64_u4096_rule", 28, 4, 64, "u4096", {"balance": -1}),
 ]
 
+# Round 2: is the balanced grid's equal-length cost its shape (twice the blocks, two an SM) or its logic?
+CASES2 = [(f"{fam}_b16_u4096_{tag}", hq, hkv, 16, "u4096", opts)
+          for fam, hq, hkv in (("qwen2", 28, 4), ("llama3", 32, 8))
+          for tag, opts in (("plain", {"balance": 0}), ("splitkeys1024", {"split_keys": 1024}),
+                            ("bps2", {"mma_blocks_per_sm": 2}), ("bal1", {"balance": 1}), ("rule", {"balance": -1}))]
+
 
 def lengths(B, kind, hkv):
     if kind.startswith("u"):
@@ -38,7 +44,7 @@ def run():
     ext = CApi()
     libc = ctypes.CDLL(None)
     D, dt = 128, torch.float16
-    for name, hq, hkv, B, kind, opts in CASES:
+    for name, hq, hkv, B, kind, opts in (CASES2 if "--round2" in sys.argv else CASES):
         lens = lengths(B, kind, hkv)
         q = torch.randn(B, hq, 1, D, device="cuda", dtype=dt).transpose(1, 2)
         k = torch.randn(B, SMAX, hkv, D, device="cuda", dtype=dt).transpose(0, 1)
