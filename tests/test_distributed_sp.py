@@ -93,9 +93,8 @@ def test_llama_across_two_ranks_gives_the_one_process_tokens(tmp_path):
     """A tiny PaddleNLP llama decoding with its cache split over 2 processes: greedy tokens identical
     to PaddleNLP's own generate() in one process; the cache balanced across the ranks."""
     out = tmp_path / "sp.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-m", "paddle_vtensor", "sp-decode", "--tiny", "--device", "cpu",
-                           "--json", str(out)], env=env, capture_output=True, text=True, timeout=300)
+                           "--json", str(out)], env=sp_decode.rank_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["tokens_identical"] and result["ranks_agree"]

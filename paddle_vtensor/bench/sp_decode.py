@@ -71,8 +71,9 @@ PADDLE_STORE_FLAG = ("FLAGS_tcp_store_using_libuv", "0")
 
 
 def rank_env() -> dict:
-    """The environment for ranks started by ``paddle.distributed.launch``: this package importable from
-    its source tree, and Paddle's TCP store without libuv (``PADDLE_STORE_FLAG``)."""
+    """The environment for processes that run this package (the ranks ``paddle.distributed.launch`` starts):
+    the package importable from the folder it was imported from, and Paddle's TCP store without libuv
+    (``PADDLE_STORE_FLAG``)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     env.setdefault(*PADDLE_STORE_FLAG)
