@@ -2,6 +2,7 @@
 #include "decode_attention_balance_plan.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace pvt {
 namespace decode_plan {
@@ -65,6 +66,29 @@ bool balance_wanted(const DecodeAttentionParams& p, const Plan& plan) {
          p.kv_len >= kBalanceMinBound && depth_of(p, plan, min_units_of(p)) >= 2;
 }
 
+namespace {
+
+// A span grid (DecodeOptions::balance_span, decode_attention_span_cuda.cuh) where it applies: one row group (a
+// pair is one block's rows) and every count of units below 2^32 (B x units of kv_len x kv heads: the device's
+// arithmetic is 32-bit). Its depth: a pair of s units crosses at most floor((s - 1) G / T) + 2 ranges of the
+// G blocks (T units in all), and s x kv heads <= T, so at most G / kv heads + 2; and at most its units.
+bool plan_span(const DecodeAttentionParams& p, Plan* plan) {
+  const int64_t units = ceil_div(p.kv_len, kSplitKeysUnit);
+  const int64_t pairs = p.batch * p.kv_heads;  // both checked against the grid limits
+  if (!options_of(p).balance_span || plan->row_groups != 1 || units > static_cast<int64_t>(UINT32_MAX) / pairs) return false;
+  plan->balance_span = true;
+  plan->balance_min_units = 1;
+  plan->balance_wave = 0;
+  plan->balance_grid = plan->balance_blocks;
+  plan->splits = std::max<int64_t>(1, std::min(units, plan->balance_blocks / p.kv_heads + 2));
+  plan->keys_per_split = ceil_div(p.kv_len, plan->splits);  // an estimate
+  // The partials of up to `splits` splits a row, and each pair's count.
+  plan->workspace_bytes = plan->splits > 1 ? workspace_of(p, *plan) + static_cast<size_t>(p.batch * p.kv_heads) * 4 : 0;
+  return true;
+}
+
+}  // namespace
+
 Status plan_balanced(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, const Plan* plain, Plan* plan) {
   const DecodeOptions& o = options_of(p);
   plan->balance_min_units = min_units_of(p);
@@ -80,6 +104,7 @@ Status plan_balanced(const DecodeAttentionParams& p, const KernelOccupancy& occu
   PVT_RETURN_IF_ERROR(check_mma_resident(p, *plan, occupancy));
   plan->balance_wave = plan->sms * occupancy.mma_resident[plan->mma_warps == 8 ? 1 : 0];
   plan->mma_sm_exclusive = false;
+  if (plain == nullptr && plan_span(p, plan)) return Status::Ok();
   // The rule: the plain plan's blocks too, where they are this instance's, and not where the plain plan
   // keeps one block an SM (Plan::mma_sm_exclusive): a balanced grid of two an SM cannot keep its plain blocks
   // apart, and the H200 paired them up. Equal lengths under a 16k bound, the blocks having chosen the plain

@@ -106,6 +106,7 @@ struct Workspace {
   float* acc = nullptr;  // [splits, rows_total, D]
   float* ml = nullptr;   // [splits, rows_total, 2]: running max, sum
   int32_t* balance_chunk = nullptr;  // balanced splits: the split size the blocks chose, in kSplitKeysUnit keys
+  int32_t* pair_splits = nullptr;    // span grids: [B x kv heads] splits of each pair (decode_attention_span_cuda.cuh)
 };
 
 // What one entry b sees, from the optional variable-length arrays (decode_attention.h).
@@ -151,6 +152,7 @@ struct SplitCount {
   // > 0: balanced splits (Plan::balance_blocks; decode_attention_balance_cuda.cuh): n is the most an entry
   // gets, each entry's count and keys are found on the device within this budget of blocks.
   int32_t balance_blocks = 0, balance_min_units = 0, balance_wave = 0;
+  bool span = false;  // a span grid (Plan::balance_span): each pair's count from Workspace::pair_splits
   // > 0 (Plan::balance_plain_splits): the plain plan's count, which a balanced grid's blocks take instead where
   // the lengths are even (balance_skewed), with its division (mul, shift as above).
   int32_t plain_n = 0;

@@ -209,7 +209,9 @@ Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream
   if (merge_kernel) {
     ws.acc = static_cast<float*>(p.workspace);
     ws.ml = ws.acc + plan.splits * plan.rows_total * p.head_dim;
-    if (plan.balance_blocks > 0) {  // the split size the balanced blocks chose, after the partials
+    if (plan.balance_span) {  // each pair's split count, after the partials
+      ws.pair_splits = reinterpret_cast<int32_t*>(ws.ml + plan.splits * plan.rows_total * 2);
+    } else if (plan.balance_blocks > 0) {  // the split size the balanced blocks chose, after the partials
       ws.balance_chunk = reinterpret_cast<int32_t*>(ws.ml + plan.splits * plan.rows_total * 2);
     }
   }
@@ -217,6 +219,7 @@ Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream
   splits.balance_blocks = static_cast<int32_t>(plan.balance_blocks);
   splits.balance_min_units = static_cast<int32_t>(plan.balance_min_units);
   splits.balance_wave = static_cast<int32_t>(plan.balance_wave);
+  splits.span = plan.balance_span;
   if (plan.balance_plain_splits > 0) splits.set_plain(plan.balance_plain_splits);
   const unsigned entries = static_cast<unsigned>(p.batch * p.kv_heads), grid_y = static_cast<unsigned>(plan.splits);
   Status s;

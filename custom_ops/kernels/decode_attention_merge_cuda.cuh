@@ -43,7 +43,12 @@ __global__ void merge_splits_kernel(const DecodeAttentionParams p, const SplitCo
   const Entry e = entry_of(p, b);
   if (t >= e.q_count) return;
   int64_t splits = own_splits(all_splits, e.n);  // every split, or with fixed ones the entry's own
-  if (all_splits.balance_blocks > 0) {  // balanced: the entry's own count; with one, its block wrote the row
+  if (all_splits.span) {  // a span grid: the pair's count, left by its first split; a pair with no key
+    // (no unit) was written by its one block and holds no count
+    if (balanced_steps(e) == 0) return;
+    splits = ws.pair_splits[b * static_cast<int>(p.kv_heads) + h / (hq / static_cast<int>(p.kv_heads))];
+    if (splits == 1) return;
+  } else if (all_splits.balance_blocks > 0) {  // balanced: the entry's own count; with one, its block wrote the row
     splits = balanced_own_splits(e, all_splits, ws);
     if (splits == 1) return;
   }

@@ -280,18 +280,16 @@ __device__ __forceinline__ int64_t visible_end(const Entry& e, int tq, int row0,
   return live ? (e.past + t + 1 < s_hi ? e.past + t + 1 : s_hi) : s_lo;
 }
 
-// T: __half or __nv_bfloat16; D: 64, 80, 96, 128 or 256 (CH = D / 8 chunks of 16 bytes per key, rows of
-// CHS = mma_row_chunks(D) chunks in shared memory); WARPS: 4 or 8; MT: M-tiles of 16 rows (1, 2, 4, 8).
-// Warp w computes M-tile w % MT over key slice w / MT (16 keys) of every tile. 8 warps put two warps on
-// each scheduler, so one hides the other's dependency stalls, and halve the instructions each warp issues
-// per key (its share of the tile loads and MMAs): what a short block, bound by its instruction latency,
-// pays for (Nsight Compute on the H200, docs/H200_DECODE_PARITY.md).
-// BALANCED: a balanced grid (decode_attention_balance_cuda.cuh), each block's work found from the lengths;
-// its own instances, so that the other plans' code is the same as without it.
-template <typename T, int D, int WARPS, int MT, bool BALANCED>
-__global__ void __launch_bounds__(WARPS * 32)
-    decode_attention_mma_kernel(const DecodeAttentionParams p, const SplitCount splits, Workspace ws,
-                                const bool cluster, const int row_groups) {
+// One block's work: rows row0 = rg x ROWS .. of kv head hk of entry b (e = entry_of(p, b)) over keys
+// [s_lo, s_hi), split `split` of `n_splits`, from the tiles' load to finish_block. Every thread of the block
+// calls it with the same arguments; `smem` is the kernel's dynamic shared memory (mma_smem_bytes), all of it
+// free on entry and reused by the next call only after a __syncthreads(). The plain and balanced grids call it
+// once (decode_attention_mma_kernel), a span grid once for each piece of its key range
+// (decode_attention_span_cuda.cuh).
+template <typename T, int D, int WARPS, int MT>
+__device__ __forceinline__ void mma_block(const DecodeAttentionParams& p, const Workspace& ws, const bool cluster,
+                                          uint4* smem, const Entry& e, int64_t b, int64_t hk, int rg, int64_t split,
+                                          int64_t n_splits, int64_t s_lo, int64_t s_hi) {
   constexpr int CH = D / 8;                  // 16-byte chunks per key
   constexpr int CHS = mma_row_chunks(D);     // ... per row in shared memory
   constexpr int KS = D / 16;                 // k16 steps of Q K^T (odd at D = 80)
@@ -300,43 +298,11 @@ __global__ void __launch_bounds__(WARPS * 32)
   constexpr int STAGES = mma_stages(D, WARPS, MT);
   constexpr int ROWS = kMmaMaxRows * MT;     // rows of the block
   constexpr bool kQInRegisters = D <= 128;   // at 256, Q's fragments (64 registers) are read per tile instead
-  static_assert(mma_instance_exists(D, WARPS, MT), "an instance the planner can pick");
-  static_assert(NT % 2 == 0, "two n8 tiles of O per ldmatrix");
-  extern __shared__ __align__(16) uint4 smem[];
-  // Stage st of the K tile, and of the V tile.
   auto sk = [&](int st) { return smem + st * (kMmaKeys * CHS); };
   auto sv = [&](int st) { return smem + (STAGES + st) * (kMmaKeys * CHS); };
-
-  // 32-bit index arithmetic (the host checks batch x kv heads and the rows per kv head against the grid
-  // limits): a 64-bit division is a subroutine call, and a short block's cost is its instruction count.
-  // blockIdx.x = (entry x kv head) x row_groups + row group: the row groups of one kv head are launched
-  // side by side, so that they read its K/V tiles at about the same time (once from HBM, then from L2).
-  int eh = row_groups == 1 ? static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x) / row_groups;
-  int rg = static_cast<int>(blockIdx.x) - eh * row_groups;
-  const int kvh = static_cast<int>(p.kv_heads);
-  int bi = eh / kvh;
-  const int64_t Tq = p.q_len, G = static_cast<int>(p.q_heads) / kvh, R = G * Tq;
+  const int64_t Tq = p.q_len, G = static_cast<int>(p.q_heads) / static_cast<int>(p.kv_heads), R = G * Tq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int mt = MT == 1 ? 0 : warp % MT, slice = MT == 1 ? warp : warp / MT;  // the warp's M-tile, key slice
-  int64_t b = bi, hk = eh - bi * kvh;
-  int64_t split = blockIdx.y, n_splits = splits.n, s_lo = 0, s_hi = 0;  // s_lo, s_hi: whole tiles of its keys
-
-  wait_for_previous_grid();
-  [[maybe_unused]] bool plain_block = false;  // a balanced grid's block that took the plain grid's (the rule)
-  if constexpr (BALANCED) {  // the block's work from the lengths (shared memory free until the tiles load)
-    BalancedBlock w;
-    if (!balanced_block(p, splits, row_groups, ws, reinterpret_cast<int64_t*>(smem), &w)) return;
-    eh = w.eh, rg = w.rg, split = w.split, n_splits = w.splits, s_lo = w.lo, s_hi = w.hi, plain_block = w.plain;
-    bi = eh / kvh, b = bi, hk = eh - bi * kvh;
-  }
-  const Entry e = entry_of(p, b);
-  if (e.refused && p.error_flag != nullptr && split == 0 && threadIdx.x == 0) *p.error_flag = 1;
-  if constexpr (!BALANCED) {  // (a split's last tile is partial only at the end)
-    split_range<kMmaKeys, uint32_t>(e.n, split, splits, &s_lo, &s_hi);
-    if (past_own_keys(splits, s_lo, s_hi)) return;  // the merge does not read it (own_splits)
-  } else if (plain_block) {  // as the plain grid's block: its keys from its entry's length, every split
-    split_range<kMmaKeys, uint32_t>(e.n, split, splits.plain(), &s_lo, &s_hi);
-  }
 
   const T* kb = static_cast<const T*>(p.k) + e.kv_row * p.k_stride[1] + hk * p.k_stride[2];
   const T* vb = static_cast<const T*>(p.v) + e.kv_row * p.v_stride[1] + hk * p.v_stride[2];
@@ -487,6 +453,54 @@ __global__ void __launch_bounds__(WARPS * 32)
   }
   __syncthreads();
   finish_block<T, D, NTHR>(p, e, b, hk, rows, split, n_splits, ws, cluster, BlockRows{st_m, st_l, sm_o, D, row0});
+}
+
+// T: __half or __nv_bfloat16; D: 64, 80, 96, 128 or 256 (CH = D / 8 chunks of 16 bytes per key, rows of
+// CHS = mma_row_chunks(D) chunks in shared memory); WARPS: 4 or 8; MT: M-tiles of 16 rows (1, 2, 4, 8).
+// Warp w computes M-tile w % MT over key slice w / MT (16 keys) of every tile. 8 warps put two warps on
+// each scheduler, so one hides the other's dependency stalls, and halve the instructions each warp issues
+// per key (its share of the tile loads and MMAs): what a short block, bound by its instruction latency,
+// pays for (Nsight Compute on the H200, docs/H200_DECODE_PARITY.md).
+// BALANCED: a balanced grid (decode_attention_balance_cuda.cuh), each block's work found from the lengths;
+// its own instances, so that the other plans' code is the same as without it.
+template <typename T, int D, int WARPS, int MT, bool BALANCED>
+__global__ void __launch_bounds__(WARPS * 32)
+    decode_attention_mma_kernel(const DecodeAttentionParams p, const SplitCount splits, Workspace ws,
+                                const bool cluster, const int row_groups) {
+  constexpr int kMmaKeys = mma_tile_keys(WARPS, MT);  // keys per tile
+  static_assert(mma_instance_exists(D, WARPS, MT), "an instance the planner can pick");
+  static_assert(D / 8 % 2 == 0, "two n8 tiles of O per ldmatrix");
+  extern __shared__ __align__(16) uint4 smem[];
+
+  // 32-bit index arithmetic (the host checks batch x kv heads and the rows per kv head against the grid
+  // limits): a 64-bit division is a subroutine call, and a short block's cost is its instruction count.
+  // blockIdx.x = (entry x kv head) x row_groups + row group: the row groups of one kv head are launched
+  // side by side, so that they read its K/V tiles at about the same time (once from HBM, then from L2).
+  int eh = row_groups == 1 ? static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x) / row_groups;
+  int rg = static_cast<int>(blockIdx.x) - eh * row_groups;
+  const int kvh = static_cast<int>(p.kv_heads);
+  int bi = eh / kvh;
+  int64_t b = bi, hk = eh - bi * kvh;
+  int64_t split = blockIdx.y, n_splits = splits.n, s_lo = 0, s_hi = 0;  // s_lo, s_hi: whole tiles of its keys
+
+  wait_for_previous_grid();
+  [[maybe_unused]] bool plain_block = false;  // a balanced grid's block that took the plain grid's (the rule)
+  if constexpr (BALANCED) {  // the block's work from the lengths (shared memory free until the tiles load)
+    BalancedBlock w;
+    if (!balanced_block(p, splits, row_groups, ws, reinterpret_cast<int64_t*>(smem), &w)) return;
+    eh = w.eh, rg = w.rg, split = w.split, n_splits = w.splits, s_lo = w.lo, s_hi = w.hi, plain_block = w.plain;
+    bi = eh / kvh, b = bi, hk = eh - bi * kvh;
+  }
+  const Entry e = entry_of(p, b);
+  if (e.refused && p.error_flag != nullptr && split == 0 && threadIdx.x == 0) *p.error_flag = 1;
+  if constexpr (!BALANCED) {  // (a split's last tile is partial only at the end)
+    split_range<kMmaKeys, uint32_t>(e.n, split, splits, &s_lo, &s_hi);
+    if (past_own_keys(splits, s_lo, s_hi)) return;  // the merge does not read it (own_splits)
+  } else if (plain_block) {  // as the plain grid's block: its keys from its entry's length, every split
+    split_range<kMmaKeys, uint32_t>(e.n, split, splits.plain(), &s_lo, &s_hi);
+  }
+
+  mma_block<T, D, WARPS, MT>(p, ws, cluster, smem, e, b, hk, rg, split, n_splits, s_lo, s_hi);
 }
 
 }  // namespace decode_cuda

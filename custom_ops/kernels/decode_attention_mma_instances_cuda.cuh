@@ -12,6 +12,7 @@
 #include "decode_attention_launch_cuda.cuh"
 #include "decode_attention_mma_cuda.cuh"
 #include "decode_attention_mma_launch_cuda.cuh"
+#include "decode_attention_span_cuda.cuh"
 
 namespace pvt {
 namespace decode_cuda {
@@ -44,15 +45,20 @@ template <typename T, int D, int WARPS, int MT>
 struct Mma {
   static constexpr auto kernel = decode_attention_mma_kernel<T, D, WARPS, MT, false>;
   static constexpr auto balanced_kernel = decode_attention_mma_kernel<T, D, WARPS, MT, true>;  // Plan::balance_blocks
+  static constexpr auto span_kernel = decode_attention_mma_span_kernel<T, D, WARPS, MT>;  // Plan::balance_span
   static constexpr bool kBalanced = true;
   static constexpr size_t smem = mma_smem_bytes(D, WARPS, MT);
+  static constexpr size_t span_smem = smem + kSpanSmemBytes;  // the entries' prefix past the tiles
   static constexpr int threads = WARPS * 32;
   static MmaFacts facts() {
     static const MmaFacts f = [] {
       MmaFacts x = query_mma_facts(kernel, threads, smem);
-      // The balanced instance: the same shared memory, the same occupancy (never a cluster or one an SM).
-      if (x.resident > 0 && cudaFuncSetAttribute(balanced_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(smem)) != cudaSuccess) {
+      // The balanced and span instances: (about) the same shared memory, the same occupancy (never a cluster
+      // or one an SM).
+      if (x.resident > 0 && (cudaFuncSetAttribute(balanced_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(smem)) != cudaSuccess ||
+                             cudaFuncSetAttribute(span_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(span_smem)) != cudaSuccess)) {
         cudaGetLastError();
         x.resident = 0;
       }
@@ -79,16 +85,17 @@ Status launch_mma_instance(const DecodeAttentionParams& p, const decode_plan::Pl
   // (decode_attention_balance_cuda.cuh).
   const bool balanced = plan.balance_blocks > 0;
   auto kernel = I::kernel;
+  size_t smem = plan.mma_sm_exclusive ? I::sm_exclusive() : I::smem;
   if constexpr (I::kBalanced) {
-    if (balanced) kernel = I::balanced_kernel;
+    if (balanced) kernel = plan.balance_span ? I::span_kernel : I::balanced_kernel;
+    if (plan.balance_span) smem = I::span_smem;
   } else if (balanced) {
     return Status(Code::kUnsupported, "decode_attention_cuda: a balanced plan for the row-owning kernel");
   }
   const unsigned entries = static_cast<unsigned>(balanced ? plan.balance_grid : blocks_x);
   const unsigned grid_y = balanced ? 1u : static_cast<unsigned>(plan.splits);
   I::facts();  // the shared-memory opt-in, where planning did not ask (a plan made elsewhere)
-  return launch_kernel(kernel, dim3(entries, grid_y, 1), I::threads,
-                       plan.mma_sm_exclusive ? I::sm_exclusive() : I::smem, plan.cluster ? grid_y : 1, plan.programmatic,
+  return launch_kernel(kernel, dim3(entries, grid_y, 1), I::threads, smem, plan.cluster ? grid_y : 1, plan.programmatic,
                        stream, p, splits, ws, plan.cluster, static_cast<int>(plan.row_groups));
 }
 

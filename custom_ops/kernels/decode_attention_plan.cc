@@ -311,6 +311,11 @@ Status check_options(const DecodeOptions& o) {
                   "and options.balance_blocks_per_sm >= 0; got " + std::to_string(o.balance) + ", " +
                       std::to_string(o.balance_blocks_per_sm));
   }
+  if (o.balance_span && o.balance < 1) {
+    return Status(Code::kInvalidArgument,
+                  "decode_attention_cuda: options.balance_span needs options.balance >= 1 (its blocks an SM); got " +
+                      std::to_string(o.balance));
+  }
   if ((o.merge_chunk != 0 && o.merge_chunk != kMergeChunk && o.merge_chunk != kMergeChunkWide) ||
       (o.merge_chunk == kMergeChunkWide && o.split_keys > 0)) {
     return Status(Code::kInvalidArgument,

@@ -8,7 +8,11 @@
 #   plain: a block that took the plain plan takes the (entry, kv head) of the block before it where its own
 #     is odd: the even choice cases that take the plain plan (qwen28_4.b34, llama32_8.b17, gqa32_8.b17) must
 #     fail on their values (half their rows never written).
-# Usage: [BREAK=mapping|choice|plain] bash tests/gpu/break_balance.sh BUILD_DIR [cmake args...]; then
+#   span_count: a span grid's pair gets one split fewer than the ranges it crosses (its last one is not merged;
+#     a pair inside one range gets none): the span cases' values must fail.
+#   span_range: a span grid's piece leaves out its last unit of keys where it has two or more: the span
+#     cases' values must fail.
+# Usage: [BREAK=mapping|choice|plain|span_count|span_range] bash tests/gpu/break_balance.sh BUILD_DIR [cmake args...]; then
 #        BUILD_DIR/test_decode_attention --balanced-only (expected: the cases above fail).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +27,11 @@ case "${BREAK:-mapping}" in
   mapping) line='const uint32_t j = q % s, kvh = q / s;'; edit='s|j = q % s, kvh = q / s;|j = q / s, kvh = q % s;|' ;;
   choice) line='if (sc.plain_n > 0 && !balance_skewed('; edit='s|if (sc.plain_n > 0 \&\& !balance_skewed(|if (sc.plain_n > 0 \&\& false \&\& !balance_skewed(|' ;;
   plain) line='x = w - y * blocks_x;'; edit='s|x = w - y \* blocks_x;|x = (w - y * blocks_x) \& ~1u;|' ;;
-  *) echo "break_balance: BREAK must be mapping, choice or plain; got ${BREAK}" >&2; exit 2 ;;
+  span_count) f=${f%balance_cuda.cuh}span_cuda.cuh; line='run(b, hk, g - g0, g1 - g0 + 1, s_lo, s_hi);'
+    edit='s|run(b, hk, g - g0, g1 - g0 + 1, s_lo, s_hi);|run(b, hk, g - g0, g1 - g0, s_lo, s_hi);|' ;;
+  span_range) f=${f%balance_cuda.cuh}span_cuda.cuh; line='const int64_t s_hi = static_cast<int64_t>(end)'
+    edit='/const int64_t s_hi = /s|static_cast<int64_t>(end)|static_cast<int64_t>(end - (end > off + 1))|g' ;;
+  *) echo "break_balance: BREAK must be mapping, choice, plain, span_count or span_range; got ${BREAK}" >&2; exit 2 ;;
 esac
 grep -qF "$line" "$f" || { echo "break_balance: no line for ${BREAK:-mapping}" >&2; exit 1; }
 before=$(md5sum < "$f")
@@ -31,4 +39,4 @@ sed -i "$edit" "$f"
 [ "$(md5sum < "$f")" != "$before" ] || { echo "break_balance: the edit for ${BREAK:-mapping} did not apply" >&2; exit 1; }
 cmake -S "$src/tests/native" -B "$build" -DPVT_WITH_CUDA=ON -G Ninja "$@" > "$build.cmake.log"
 cmake --build "$build" --target test_decode_attention >> "$build.cmake.log"
-echo "broken copy (${BREAK:-mapping}) built: $build/test_decode_attention --balanced-only"
+echo "broken copy (${BREAK:-mapping}) built: $build/test_decode_attention --balanced-only (span_*: --span-only)"

@@ -31,7 +31,7 @@ def main():
     seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
     out = torch.empty_like(q)
     for n in balances:
-        ext.set_decode_options(balance=n)
+        ext.set_decode_options(balance=n, balance_span=int("--span" in sys.argv and n > 0))
         pl = ext.plan(q, k, v, out, SMAX, seqlens)
         ws = torch.empty(max(1, ext.workspace_bytes(q, k, v, out, SMAX, seqlens)), dtype=torch.uint8, device="cuda")
         print(f"balance {n}: plan {pl}, 2 calls", flush=True)

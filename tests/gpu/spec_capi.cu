@@ -79,7 +79,7 @@ int64_t pvt_capi_mapped_bytes_total(int device) {
 }
 
 // ints: splits, no_mma, mma_mha, mma_warps, no_pdl, no_cluster, mma_blocks_per_sm, split_keys, mma_row_tiles,
-// balance, balance_blocks_per_sm, merge_chunk (pvt::DecodeOptions).
+// balance, balance_blocks_per_sm, merge_chunk, balance_span (pvt::DecodeOptions).
 int pvt_capi_set_decode_options(const int64_t* ints) {
   pvt::DecodeOptions o;
   o.splits = ints[0];
@@ -94,6 +94,7 @@ int pvt_capi_set_decode_options(const int64_t* ints) {
   o.balance = static_cast<int>(ints[9]);
   o.balance_blocks_per_sm = static_cast<int>(ints[10]);
   o.merge_chunk = static_cast<int>(ints[11]);
+  o.balance_span = ints[12] != 0;
   const pvt::Status s = pvt::decode_plan::check_options(o);
   if (!s.ok()) return status(s);
   g_options = o;

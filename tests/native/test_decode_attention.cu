@@ -12,7 +12,7 @@
 //   seq-major and per slot, each plan checked to be that kernel.
 //   Bandwidth: context {1k, 4k, 16k, 64k} x batch {1, 8}, 32 heads x 128 head_dim fp16, K/V in
 //   SeqMajorCaches; bytes of K+V read / kernel time, next to a device-to-device copy's bandwidth.
-// Usage: test_decode_attention [--no-bench | --bench-only | --families-only | --balanced-only]. Prints PASS/FAIL
+// Usage: test_decode_attention [--no-bench | --bench-only | --families-only | --balanced-only | --span-only]. Prints PASS/FAIL
 // lines, "info bench ..." lines, and "N passed, M failed"; exits non-zero on any failure.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -422,6 +422,7 @@ struct VarlenCase {
   int want_balanced = -1;         // 1 / 0: the plan must (not) be balanced (Plan::balance_blocks); -1: either
   int want_choice = -1;           // 1 / 0: a balanced grid's blocks must take balanced splits / the plain plan
                                   // (the split size they leave after the partials; 0: plain); -1: unchecked
+  int want_span = -1;             // 1 / 0: the plan must (not) be a span grid (Plan::balance_span); -1: either
 };
 
 void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t stream) {
@@ -509,7 +510,10 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
   DecodeOptions options = g_options;
   if (c.row_tiles != 0) options.mma_row_tiles = c.row_tiles;
   if (c.row_warps != 0) options.mma_row_warps = c.row_warps;
-  if (c.row_warps > 0) options.balance = 0;  // balanced grids are the key-slice kernel's (--balanced-only reruns)
+  if (c.row_warps > 0) {  // balanced grids are the key-slice kernel's (--balanced-only, --span-only reruns)
+    options.balance = 0;
+    options.balance_span = false;
+  }
   p.options = &options;
   p.dtype = c.dtype; p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
   const int64_t qs[4] = {c.q_len * c.Hq * c.D, c.Hq * c.D, c.D, 1};
@@ -529,10 +533,14 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
   p.workspace = wsb ? ws.ptr : nullptr;
   p.workspace_bytes = wsb;
   decode_plan::Plan plan;
-  if (c.want_balanced >= 0 || c.want_choice >= 0) {
+  if (c.want_balanced >= 0 || c.want_choice >= 0 || c.want_span >= 0) {
     if (!r.ok(decode_attention_cuda_plan(p, &plan), c.name + ".plan")) return;
-    if (!r.check((plan.balance_blocks > 0) == (c.want_balanced == 1), c.name + ".balanced_plan",
-                 "balance_blocks " + std::to_string(plan.balance_blocks))) {
+    if (c.want_balanced >= 0 && !r.check((plan.balance_blocks > 0) == (c.want_balanced == 1), c.name + ".balanced_plan",
+                                         "balance_blocks " + std::to_string(plan.balance_blocks))) {
+      return;
+    }
+    if (c.want_span >= 0 && !r.check(plan.balance_span == (c.want_span == 1), c.name + ".span_plan",
+                                     "row groups " + std::to_string(plan.row_groups))) {
       return;
     }
   }
@@ -702,18 +710,44 @@ void test_balanced(Report& r, std::mt19937& rng, cudaStream_t stream) {
   refused.mapped.assign(10, 2500);
   refused.mapped[refused.slot_of[3]] = refused.seqlens[refused.slot_of[3]];  // its one new key is not mapped
   cs.push_back(refused);
-  struct Pass { const char* prefix; int balance, want; };
+  // Span grids (DecodeOptions::balance_span) of 1 and 2 blocks an SM: a span grid wherever one row group holds
+  // a kv head's rows (all but Falcon's 71, which keep the balanced splits).
+  struct Pass { const char* prefix; int balance, want; bool span = false; };
   for (const Pass& pass : {Pass{"rule.", kBalanceRule, -1}, Pass{"budget1.", 1, 1}, Pass{"budget4.", 4, 1},
-                           Pass{"off.", 0, 0}}) {
+                           Pass{"off.", 0, 0}, Pass{"span1.", 1, 1, true}, Pass{"span2.", 2, 1, true}}) {
     g_options = DecodeOptions{};
     g_options.balance = pass.balance;
+    g_options.balance_span = pass.span;
     for (VarlenCase c : cs) {
       c.name = std::string("balanced.") + pass.prefix + c.name;
       c.want_balanced = pass.want;
+      if (pass.span) c.want_span = c.Hq / c.Hkv * c.q_len <= 16 ? 1 : 0;
       run_varlen(r, c, rng, stream);
     }
   }
   g_options = DecodeOptions{};
+}
+
+// Span grids only (--span-only): the skewed cases above (in test_balanced), then every per-slot case with a
+// span grid of 2 blocks an SM forced, and a batch whose pairs are far fewer than the blocks (most ranges
+// hold a unit or none) and one whose slots are all empty or refused (no unit at all).
+void test_span(Report& r, std::mt19937& rng, cudaStream_t stream) {
+  g_options = DecodeOptions{};
+  g_options.balance = 2;
+  g_options.balance_span = true;
+  g_mode = "span2.";
+  test_varlen(r, rng, stream);
+  const ScalarType f16 = ScalarType::kFloat16;
+  VarlenCase few = skewed(rng, "span2.few_units.gqa8_2.d128.fp16", 3, 700, 8, 2, 128, f16, 1);
+  few.want_span = 1;
+  run_varlen(r, few, rng, stream);
+  VarlenCase none = skewed(rng, "span2.no_units.gqa8_2.d128.fp16", 4, 600, 8, 2, 128, f16, 1);
+  none.seqlens.assign(4, 0);
+  none.mapped.assign(4, 0);  // every slot's one new key unmapped: all refused, zeros and the flag
+  none.want_span = 1;
+  run_varlen(r, none, rng, stream);
+  g_options = DecodeOptions{};
+  g_mode.clear();
 }
 
 // K/V that live in SeqMajorCaches (VM-mapped, filled by append_tokens_cuda), checked against the
@@ -942,9 +976,9 @@ void bench(Report& r, cudaStream_t stream) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   g_families_only = mode == "--families-only";
-  const bool balanced_only = mode == "--balanced-only";
-  const bool run_tests = mode != "--bench-only" && !balanced_only;
-  const bool run_bench = mode != "--no-bench" && !g_families_only && !balanced_only;
+  const bool balanced_only = mode == "--balanced-only", span_only = mode == "--span-only";
+  const bool run_tests = mode != "--bench-only" && !balanced_only && !span_only;
+  const bool run_bench = mode != "--no-bench" && !g_families_only && !balanced_only && !span_only;
   Report r;
   cudaDeviceProp prop;
   if (!r.check(cudaGetDeviceProperties(&prop, 0) == cudaSuccess, "runtime.device")) return r.finish();
@@ -952,6 +986,11 @@ int main(int argc, char** argv) {
   cudaStream_t stream = nullptr;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   std::mt19937 rng(7);
+  if (span_only) {  // the balanced cases (span grids among them), then span grids alone
+    test_balanced(r, rng, stream);
+    test_span(r, rng, stream);
+    return r.finish();
+  }
   if (balanced_only) {  // the balanced cases, then every per-slot case with balanced splits forced
     test_balanced(r, rng, stream);
     g_mode = "balance4.";
@@ -994,6 +1033,7 @@ int main(int argc, char** argv) {
     g_mode.clear();
     g_late_inputs = false;
     test_balanced(r, rng, stream);
+    test_span(r, rng, stream);
     test_in_cache(r, rng, stream);
     test_errors(r);
     test_split_count(r, rng);

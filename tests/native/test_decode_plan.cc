@@ -190,6 +190,10 @@ DecodeOptions options_for(const Case& c) {
   if (n == "mma_row_tiles") o.mma_row_tiles = static_cast<int>(c.value);
   if (n == "split_keys") o.split_keys = c.value;
   if (n == "balance") o.balance = static_cast<int>(c.value);
+  if (n == "span") {  // a span grid of this many blocks an SM
+    o.balance = static_cast<int>(c.value);
+    o.balance_span = true;
+  }
   if (n == "mma_row_warps") o.mma_row_warps = static_cast<int>(c.value);
   if (n == "balance_blocks_per_sm") {  // the rule's budget: under the rule
     o.balance = kBalanceRule;
@@ -407,6 +411,45 @@ void test_split_keys(Report& r) {
   r.code(plan_case(many, &o, &plan), Code::kInvalidArgument, "split_keys.too_many_splits");
 }
 
+// Span grids (DecodeOptions::balance_span, decode_attention_span_cuda.cuh): balance x SMs blocks of equal key
+// ranges, forced only; the depth a pair can reach (G / kv heads + 2, at most its units of kSplitKeysUnit keys),
+// the workspace (partials, then a count per (entry, kv head)); the balanced splits where a pair is not one
+// block's rows (row groups); refused without balance >= 1.
+void test_span(Report& r) {
+  struct Want { const char* name; int64_t B, S, Hq, Hkv, D, Tq, value; bool span; int64_t grid, depth; };
+  const Want wants[] = {
+      {"qwen2_b16_16k_span2", 16, 16448, 28, 4, 128, 1, 2, true, 264, 68},
+      {"llama3_b64_16k_span1", 64, 16448, 32, 8, 128, 1, 1, true, 132, 18},
+      {"mha_b8_4k_span2", 8, 4096, 32, 32, 128, 1, 2, true, 264, 10},
+      {"short_b4_300_span2", 4, 300, 32, 8, 128, 1, 2, true, 264, 3},
+      {"gemma_b8_8k_span2", 8, 8192, 8, 1, 256, 1, 2, true, 264, 64},
+      {"causal_tq4_b8_8k_span2", 8, 8192, 32, 8, 128, 4, 2, true, 264, 35},
+      {"falcon71_row_groups_balanced", 64, 32768, 71, 1, 64, 1, 4, false, 528, 42},
+  };
+  for (const Want& w : wants) {
+    const Case c{w.name, 1, w.B, w.S, w.Hq, w.Hkv, w.D, w.Tq, 1, 0, 0, "span", w.value, {}, 1};
+    const DecodeOptions o = options_for(c);
+    const std::string n = "span." + name_of(c);
+    Plan plan;
+    if (!r.ok(plan_case(c, &o, &plan), n + ".plan")) continue;
+    r.eq(plan.balance_span, w.span, n + ".span");
+    r.eq(plan.balance_grid, w.grid, n + ".grid");
+    r.eq(plan.splits, w.depth, n + ".depth");
+    if (!w.span) continue;
+    r.eq(plan.balance_blocks, w.grid, n + ".budget");
+    r.eq(plan.cluster, false, n + ".no_cluster");
+    const size_t partials = static_cast<size_t>(w.depth * w.B * w.Hq * w.Tq * (w.D + 2) * 4);
+    r.eq(plan.workspace_bytes, w.depth > 1 ? partials + static_cast<size_t>(w.B * w.Hkv * 4) : size_t{0},
+         n + ".workspace_bytes");
+  }
+  DecodeOptions bad;
+  bad.balance_span = true;
+  for (int balance : {0, -1}) {
+    bad.balance = balance;
+    r.code(check_options(bad), Code::kInvalidArgument, "span.needs_blocks_an_sm." + std::to_string(balance));
+  }
+}
+
 // Balanced splits (decode_attention_balance_plan.h): which plans take them (per-slot GQA tensor-core plans of
 // 2..kBalanceMaxBatch entries and kBalanceMinUnits or more blocks a split under a bound of kBalanceMinBound
 // keys or more where an entry can get two splits, when DecodeOptions::balance is kBalanceRule; forced by
@@ -584,6 +627,7 @@ int main() {
   test_two_per_sm(r);
   test_split_keys(r);
   test_balance(r);
+  test_span(r);
   test_quant_plan(r);
   test_merge_chunk(r);
   return r.finish();
