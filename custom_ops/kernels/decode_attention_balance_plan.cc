@@ -80,6 +80,9 @@ bool plan_span(const DecodeAttentionParams& p, Plan* plan) {
   plan->balance_min_units = 1;
   plan->balance_wave = 0;
   plan->balance_grid = plan->balance_blocks;
+  // One block an SM (balance 1) kept so by its shared memory: equal ranges are only equal work where no SM
+  // holds two of them (the H200's block scheduler paired 4-warp blocks of a one-an-SM grid otherwise).
+  plan->mma_sm_exclusive = plan->balance_blocks <= plan->sms;
   plan->splits = std::max<int64_t>(1, std::min(units, plan->balance_blocks / p.kv_heads + 2));
   plan->keys_per_split = ceil_div(p.kv_len, plan->splits);  // an estimate
   // The partials of up to `splits` splits a row, and each pair's count.

@@ -70,6 +70,10 @@ struct Mma {
     static const size_t n = sm_exclusive_smem(kernel, smem);
     return n;
   }
+  static size_t span_sm_exclusive() {  // the same for the span instance
+    static const size_t n = sm_exclusive_smem(span_kernel, span_smem);
+    return n;
+  }
 };
 
 // The launch of instance I (Mma or MmaRows) on grid (entries x row groups, splits), as `plan` says.
@@ -88,7 +92,7 @@ Status launch_mma_instance(const DecodeAttentionParams& p, const decode_plan::Pl
   size_t smem = plan.mma_sm_exclusive ? I::sm_exclusive() : I::smem;
   if constexpr (I::kBalanced) {
     if (balanced) kernel = plan.balance_span ? I::span_kernel : I::balanced_kernel;
-    if (plan.balance_span) smem = I::span_smem;
+    if (plan.balance_span) smem = plan.mma_sm_exclusive ? I::span_sm_exclusive() : I::span_smem;
   } else if (balanced) {
     return Status(Code::kUnsupported, "decode_attention_cuda: a balanced plan for the row-owning kernel");
   }

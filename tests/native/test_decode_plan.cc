@@ -438,6 +438,7 @@ void test_span(Report& r) {
     if (!w.span) continue;
     r.eq(plan.balance_blocks, w.grid, n + ".budget");
     r.eq(plan.cluster, false, n + ".no_cluster");
+    r.eq(plan.mma_sm_exclusive, w.value == 1, n + ".one_an_sm");
     const size_t partials = static_cast<size_t>(w.depth * w.B * w.Hq * w.Tq * (w.D + 2) * 4);
     r.eq(plan.workspace_bytes, w.depth > 1 ? partials + static_cast<size_t>(w.B * w.Hkv * 4) : size_t{0},
          n + ".workspace_bytes");
