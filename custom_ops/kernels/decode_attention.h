@@ -58,11 +58,13 @@ struct DecodeOptions {
   // > 0: the rule's budget, this many blocks an SM, instead of its choice by shape (budget_of in
   // decode_attention_balance_plan.cc); a knob for measuring other budgets with the device's choice kept.
   int balance_blocks_per_sm = 0;
-  // With balance >= 1: a span grid (decode_attention_span_cuda.cuh) instead of balanced splits. Exactly
+  // With balance >= 1: 1, a span grid (decode_attention_span_cuda.cuh) instead of balanced splits. Exactly
   // balance x SMs blocks, each the same number of keys: the batch's (entry, kv head) pairs laid end to end and
   // cut into equal ranges, a block finishing the pairs inside its range and leaving a split of those its range
-  // ends cut. Where it cannot apply (row groups, more than 2^32 units) the balanced splits run.
-  bool balance_span = false;
+  // ends cut. Where it cannot apply (row groups, more than 2^32 units) the balanced splits run. 2: the same
+  // with each block's pieces as one stream of tiles (decode_attention_span_stream_cuda.cuh), where the grid is
+  // one block an SM of 4 warps and head_dim <= 128; else as 1.
+  int balance_span = 0;
   // 8-bit caches (kv_quant_attention.h): 0, the plan's (merge_chunk_of, kv_quant_attention_plan.h); 16 or 32:
   // splits their merge kernel reads per L2 round trip, forced. (32 is refused with split_keys.)
   int merge_chunk = 0;

@@ -76,13 +76,18 @@ bool plan_span(const DecodeAttentionParams& p, Plan* plan) {
   const int64_t units = ceil_div(p.kv_len, kSplitKeysUnit);
   const int64_t pairs = p.batch * p.kv_heads;  // both checked against the grid limits
   if (!options_of(p).balance_span || plan->row_groups != 1 || units > static_cast<int64_t>(UINT32_MAX) / pairs) return false;
-  plan->balance_span = true;
+  // Streamed (2) where its one instance runs: one block an SM of 4 warps, one M-tile, head_dim <= 128, and the
+  // entries' fields in 32 bits.
+  const bool stream = options_of(p).balance_span == 2 && plan->balance_blocks <= plan->sms && plan->mma_warps == 4 &&
+                      plan->mma_tiles == 1 && p.head_dim <= 128 && p.kv_len < INT32_MAX &&
+                      p.batch * p.q_len < INT32_MAX;
+  plan->balance_span = stream ? 2 : 1;
   plan->balance_min_units = 1;
   plan->balance_wave = 0;
   plan->balance_grid = plan->balance_blocks;
   // One block an SM (balance 1) kept so by its shared memory: equal ranges are only equal work where no SM
   // holds two of them (the H200's block scheduler paired 4-warp blocks of a one-an-SM grid otherwise).
-  plan->mma_sm_exclusive = plan->balance_blocks <= plan->sms;
+  plan->mma_sm_exclusive = plan->balance_blocks <= plan->sms;  // (the streamed instance's shared memory is so anyway)
   plan->splits = std::max<int64_t>(1, std::min(units, plan->balance_blocks / p.kv_heads + 2));
   plan->keys_per_split = ceil_div(p.kv_len, plan->splits);  // an estimate
   // The partials of up to `splits` splits a row, and each pair's count.

@@ -13,6 +13,7 @@
 #include "decode_attention_mma_cuda.cuh"
 #include "decode_attention_mma_launch_cuda.cuh"
 #include "decode_attention_span_cuda.cuh"
+#include "decode_attention_span_stream_cuda.cuh"
 
 namespace pvt {
 namespace decode_cuda {
@@ -47,6 +48,9 @@ struct Mma {
   static constexpr auto balanced_kernel = decode_attention_mma_kernel<T, D, WARPS, MT, true>;  // Plan::balance_blocks
   static constexpr auto span_kernel = decode_attention_mma_span_kernel<T, D, WARPS, MT>;  // Plan::balance_span
   static constexpr bool kBalanced = true;
+  static constexpr bool kStream = WARPS == 4 && MT == 1 && D <= 128;  // the streamed span grid's instance
+  static auto stream_kernel() { return decode_attention_mma_span_stream_kernel<T, D>; }  // only where kStream
+  static constexpr size_t stream_smem() { return span_stream_smem_bytes<D>(); }
   static constexpr size_t smem = mma_smem_bytes(D, WARPS, MT);
   static constexpr size_t span_smem = smem + kSpanSmemBytes;  // the entries' prefix past the tiles
   static constexpr int threads = WARPS * 32;
@@ -61,6 +65,13 @@ struct Mma {
                                                   static_cast<int>(span_smem)) != cudaSuccess)) {
         cudaGetLastError();
         x.resident = 0;
+      }
+      if constexpr (kStream) {
+        if (x.resident > 0 && cudaFuncSetAttribute(stream_kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(stream_smem())) != cudaSuccess) {
+          cudaGetLastError();
+          x.resident = 0;
+        }
       }
       return x;
     }();
@@ -93,6 +104,14 @@ Status launch_mma_instance(const DecodeAttentionParams& p, const decode_plan::Pl
   if constexpr (I::kBalanced) {
     if (balanced) kernel = plan.balance_span ? I::span_kernel : I::balanced_kernel;
     if (plan.balance_span) smem = plan.mma_sm_exclusive ? I::span_sm_exclusive() : I::span_smem;
+    if constexpr (I::kStream) {
+      if (plan.balance_span == 2) {
+        I::facts();
+        return launch_kernel(I::stream_kernel(), dim3(static_cast<unsigned>(plan.balance_grid)), I::threads,
+                             I::stream_smem(), 1, plan.programmatic, stream, p,
+                             splits, ws, false, static_cast<int>(plan.row_groups));
+      }
+    }
   } else if (balanced) {
     return Status(Code::kUnsupported, "decode_attention_cuda: a balanced plan for the row-owning kernel");
   }

@@ -311,9 +311,10 @@ Status check_options(const DecodeOptions& o) {
                   "and options.balance_blocks_per_sm >= 0; got " + std::to_string(o.balance) + ", " +
                       std::to_string(o.balance_blocks_per_sm));
   }
-  if (o.balance_span && o.balance < 1) {
+  if (o.balance_span < 0 || o.balance_span > 2 || (o.balance_span > 0 && o.balance < 1)) {
     return Status(Code::kInvalidArgument,
-                  "decode_attention_cuda: options.balance_span needs options.balance >= 1 (its blocks an SM); got " +
+                  "decode_attention_cuda: options.balance_span must be 0, 1 or 2 and needs options.balance >= 1 (its "
+                  "blocks an SM); got balance_span " + std::to_string(o.balance_span) + ", balance " +
                       std::to_string(o.balance));
   }
   if ((o.merge_chunk != 0 && o.merge_chunk != kMergeChunk && o.merge_chunk != kMergeChunkWide) ||

@@ -145,8 +145,8 @@ struct Plan {
   int64_t balance_plain_splits = 0;  // ... > 0 (the rule): the splits of the plain plan, which the blocks take
                                     // instead where the lengths are even (balance_skewed): the grid and the
                                     // workspace hold both
-  bool balance_span = false;   // ... a span grid (DecodeOptions::balance_span): balance_grid = balance_blocks
-                               // blocks of equal key ranges; `splits` the most one pair can get
+  int balance_span = 0;        // ... a span grid (DecodeOptions::balance_span): balance_grid = balance_blocks
+                               // blocks of equal key ranges; `splits` the most one pair can get; 2: streamed
   int64_t rows_total = 0;      // B * Hq * Tq: rows of the workspace
   bool rows_kernel = false;    // decode_attention_rows_kernel: K/V tiles in shared memory, a row per warp
   bool mma_kernel = false;     // decode_attention_mma_kernel: the rows of a kv head on tensor cores

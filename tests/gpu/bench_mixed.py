@@ -20,6 +20,8 @@ in turn where the read bytes are under 3 x L2), CUDA-graph replay, best of --rep
                block an SM resident, so a budget of N an SM runs in N waves)
   ours_span<N> a span grid of N blocks an SM (--span N,...; DecodeOptions::balance = N, balance_span): the
                batch's (slot, kv head) pairs laid end to end and cut into equal key ranges, one a block
+  ours_stream1 the span grid of one block an SM as one stream of tiles a block (--span-stream;
+               DecodeOptions::balance_span = 2): the next piece's first tiles load during the last ones
   ours_rule<N> the default (the rule, the device choosing) with a budget of N blocks an SM (--rule-blocks N,...;
                DecodeOptions::balance_blocks_per_sm) instead of the rule's own by shape
   sdpa_<be>    SDPA (cudnn, flash) over K/V padded to the batch's longest slot, no mask: a timing
@@ -30,7 +32,7 @@ read GB/s: bytes of K+V in the slots' own lengths / time; % of copy: against a 1
 at the batches of --uniform-batches (default 16,32,64). --capi: the kernels from build/spec_capi/libpvt_spec.so
 (spec_capi_build.sh, built without a GPU and carried: nothing compiled here) instead of the extension.
 Usage: python3 tests/gpu/bench_mixed.py OUT.json [--reps N] [--split-keys K1,...] [--balance N1,...]
-       [--balance-w8 N1,...] [--span N1,...] [--rule-blocks N1,...] [--uniform N1,...] [--uniform-batches B1,...] [--capi]
+       [--balance-w8 N1,...] [--span N1,...] [--span-w8 N1,...] [--span-stream] [--rule-blocks N1,...] [--uniform N1,...] [--uniform-batches B1,...] [--capi]
 """
 import json
 import random
@@ -134,6 +136,7 @@ def main():
                 + [(f"ours_bal{n}w8", {"balance": n, "mma_warps": 8}) for n in ints("--balance-w8")]
                 + [(f"ours_span{n}", {"balance": n, "balance_span": 1}) for n in ints("--span")]
                 + [(f"ours_span{n}w8", {"balance": n, "balance_span": 1, "mma_warps": 8}) for n in ints("--span-w8")]
+                + ([("ours_stream1", {"balance": 1, "balance_span": 2})] if "--span-stream" in sys.argv else [])
                 + [(f"ours_rule{n}", {"balance": -1, "balance_blocks_per_sm": n}) for n in ints("--rule-blocks")])
     uniform, uniform_batches = ints("--uniform"), ints("--uniform-batches") or [16, 32, 64]
     if "--capi" in sys.argv:

@@ -12,7 +12,9 @@
 #     a pair inside one range gets none): the span cases' values must fail.
 #   span_range: a span grid's piece leaves out its last unit of keys where it has two or more: the span
 #     cases' values must fail.
-# Usage: [BREAK=mapping|choice|plain|span_count|span_range] bash tests/gpu/break_balance.sh BUILD_DIR [cmake args...]; then
+#   stream_tile: a streamed span grid's block masks a piece's keys by its tile count over all its pieces, not
+#     the piece's own (the causal bound then cuts a later piece short): the stream cases' values must fail.
+# Usage: [BREAK=mapping|choice|plain|span_count|span_range|stream_tile] bash tests/gpu/break_balance.sh BUILD_DIR [cmake args...]; then
 #        BUILD_DIR/test_decode_attention --balanced-only (expected: the cases above fail).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,7 +33,9 @@ case "${BREAK:-mapping}" in
     edit='s|run(b, hk, g - g0, g1 - g0 + 1, s_lo, s_hi);|run(b, hk, g - g0, g1 - g0, s_lo, s_hi);|' ;;
   span_range) f=${f%balance_cuda.cuh}span_cuda.cuh; line='const int64_t s_hi = static_cast<int64_t>(end)'
     edit='/const int64_t s_hi = /s|static_cast<int64_t>(end)|static_cast<int64_t>(end - (end > off + 1))|g' ;;
-  *) echo "break_balance: BREAK must be mapping, choice, plain, span_count or span_range; got ${BREAK}" >&2; exit 2 ;;
+  stream_tile) f=${f%balance_cuda.cuh}span_stream_cuda.cuh; line='const int64_t s_w = cp.s_lo + static_cast<int64_t>(ct) * KEYS + kw;'
+    edit='s|const int64_t s_w = cp.s_lo + static_cast<int64_t>(ct) \* KEYS + kw;|const int64_t s_w = cp.s_lo + gc * KEYS + kw;|' ;;
+  *) echo "break_balance: BREAK must be mapping, choice, plain, span_count, span_range or stream_tile; got ${BREAK}" >&2; exit 2 ;;
 esac
 grep -qF "$line" "$f" || { echo "break_balance: no line for ${BREAK:-mapping}" >&2; exit 1; }
 before=$(md5sum < "$f")

@@ -53,7 +53,7 @@ pvt::DecodeOptions g_options;
 
 void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_warps, bool no_pdl, bool no_cluster,
                         int64_t mma_blocks_per_sm, int64_t mma_row_tiles, int64_t split_keys, int64_t balance,
-                        int64_t mma_row_warps, int64_t balance_blocks_per_sm, int64_t merge_chunk, bool balance_span) {
+                        int64_t mma_row_warps, int64_t balance_blocks_per_sm, int64_t merge_chunk, int64_t balance_span) {
   pvt::DecodeOptions o;
   o.splits = splits;
   o.no_mma = no_mma;
@@ -68,7 +68,7 @@ void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_w
   o.mma_row_warps = static_cast<int>(mma_row_warps);
   o.balance_blocks_per_sm = static_cast<int>(balance_blocks_per_sm);
   o.merge_chunk = static_cast<int>(merge_chunk);
-  o.balance_span = balance_span;
+  o.balance_span = static_cast<int>(balance_span);
   check(pvt::decode_plan::check_options(o));
   g_options = o;
 }

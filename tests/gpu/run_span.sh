@@ -5,7 +5,7 @@
 # equal lengths: the default, the rule, span grids of 1 and 2 blocks an SM and of one 8-warp block an SM, the
 # copy rate in the same process), the copies with the span grid broken on purpose
 # (break_balance.sh: span_count, span_range), and ncu's kernel times of one skewed call.
-# PREBUILT: BREAKS="span_count span_range" bash tests/gpu/prebuild_mixed.sh PREBUILT [cmake args...].
+# PREBUILT: BREAKS="span_count span_range stream_tile" bash tests/gpu/prebuild_mixed.sh PREBUILT [cmake args...].
 # Usage (repository root): bash tests/gpu/run_span.sh PREBUILT OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,9 +22,9 @@ step() {  # step NAME LIMIT_S command...: the output to OUT_DIR/NAME.txt, its la
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv; } > "$out/machine.txt" 2>&1
 step plan 8 "$pre/test_decode_plan"
 step span 120 "$pre/test_decode_attention" --span-only
-step mixed 170 python3 tests/gpu/bench_mixed.py "$out/mixed.json" --capi --span 1,2 --span-w8 1 \
+step mixed 170 python3 tests/gpu/bench_mixed.py "$out/mixed.json" --capi --span 2 --span-stream \
   --uniform 4096,16384 --uniform-batches 16,32,64
-for m in span_count span_range; do
+for m in span_count span_range stream_tile; do
   step "broken_$m" 30 "$pre/test_decode_attention_broken_$m" --span-only
   grep '^FAIL' "$out/broken_$m.txt" | cut -c1-140 | head -6
 done

@@ -94,7 +94,7 @@ int pvt_capi_set_decode_options(const int64_t* ints) {
   o.balance = static_cast<int>(ints[9]);
   o.balance_blocks_per_sm = static_cast<int>(ints[10]);
   o.merge_chunk = static_cast<int>(ints[11]);
-  o.balance_span = ints[12] != 0;
+  o.balance_span = static_cast<int>(ints[12]);
   const pvt::Status s = pvt::decode_plan::check_options(o);
   if (!s.ok()) return status(s);
   g_options = o;

@@ -422,7 +422,7 @@ struct VarlenCase {
   int want_balanced = -1;         // 1 / 0: the plan must (not) be balanced (Plan::balance_blocks); -1: either
   int want_choice = -1;           // 1 / 0: a balanced grid's blocks must take balanced splits / the plain plan
                                   // (the split size they leave after the partials; 0: plain); -1: unchecked
-  int want_span = -1;             // 1 / 0: the plan must (not) be a span grid (Plan::balance_span); -1: either
+  int want_span = -1;             // the plan's Plan::balance_span (0 none, 1 a span grid, 2 streamed); -1: any
 };
 
 void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t stream) {
@@ -512,7 +512,7 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
   if (c.row_warps != 0) options.mma_row_warps = c.row_warps;
   if (c.row_warps > 0) {  // balanced grids are the key-slice kernel's (--balanced-only, --span-only reruns)
     options.balance = 0;
-    options.balance_span = false;
+    options.balance_span = 0;
   }
   p.options = &options;
   p.dtype = c.dtype; p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
@@ -539,8 +539,9 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
                                          "balance_blocks " + std::to_string(plan.balance_blocks))) {
       return;
     }
-    if (c.want_span >= 0 && !r.check(plan.balance_span == (c.want_span == 1), c.name + ".span_plan",
-                                     "row groups " + std::to_string(plan.row_groups))) {
+    if (c.want_span >= 0 && !r.check(plan.balance_span == c.want_span, c.name + ".span_plan",
+                                     "balance_span " + std::to_string(plan.balance_span) + ", row groups " +
+                                         std::to_string(plan.row_groups))) {
       return;
     }
   }
@@ -713,9 +714,11 @@ void test_balanced(Report& r, std::mt19937& rng, cudaStream_t stream, bool span_
   cs.push_back(refused);
   // Span grids (DecodeOptions::balance_span) of 1 and 2 blocks an SM: a span grid wherever one row group holds
   // a kv head's rows (all but Falcon's 71, which keep the balanced splits).
-  struct Pass { const char* prefix; int balance, want; bool span = false; };
+  // Streamed span grids (balance_span 2) of one block an SM where head_dim <= 128 (a span grid elsewhere).
+  struct Pass { const char* prefix; int balance, want; int span = 0; };
   for (const Pass& pass : {Pass{"rule.", kBalanceRule, -1}, Pass{"budget1.", 1, 1}, Pass{"budget4.", 4, 1},
-                           Pass{"off.", 0, 0}, Pass{"span1.", 1, 1, true}, Pass{"span2.", 2, 1, true}}) {
+                           Pass{"off.", 0, 0}, Pass{"span1.", 1, 1, 1}, Pass{"span2.", 2, 1, 1},
+                           Pass{"stream1.", 1, 1, 2}}) {
     if (span_only && !pass.span) continue;
     g_options = DecodeOptions{};
     g_options.balance = pass.balance;
@@ -723,7 +726,7 @@ void test_balanced(Report& r, std::mt19937& rng, cudaStream_t stream, bool span_
     for (VarlenCase c : cs) {
       c.name = std::string("balanced.") + pass.prefix + c.name;
       c.want_balanced = pass.want;
-      if (pass.span) c.want_span = c.Hq / c.Hkv * c.q_len <= 16 ? 1 : 0;
+      if (pass.span) c.want_span = c.Hq / c.Hkv * c.q_len > 16 ? 0 : pass.span == 2 && c.D <= 128 ? 2 : 1;
       run_varlen(r, c, rng, stream);
     }
   }
@@ -734,20 +737,28 @@ void test_balanced(Report& r, std::mt19937& rng, cudaStream_t stream, bool span_
 // span grid of 2 blocks an SM forced, and a batch whose pairs are far fewer than the blocks (most ranges
 // hold a unit or none) and one whose slots are all empty or refused (no unit at all).
 void test_span(Report& r, std::mt19937& rng, cudaStream_t stream) {
-  g_options = DecodeOptions{};
-  g_options.balance = 2;
-  g_options.balance_span = true;
-  g_mode = "span2.";
-  test_varlen(r, rng, stream);
-  const ScalarType f16 = ScalarType::kFloat16;
-  VarlenCase few = skewed(rng, "span2.few_units.gqa8_2.d128.fp16", 3, 700, 8, 2, 128, f16, 1);
-  few.want_span = 1;
-  run_varlen(r, few, rng, stream);
-  VarlenCase none = skewed(rng, "span2.no_units.gqa8_2.d128.fp16", 4, 600, 8, 2, 128, f16, 1);
-  none.seqlens.assign(4, 0);
-  none.mapped.assign(4, 0);  // every slot's one new key unmapped: all refused, zeros and the flag
-  none.want_span = 1;
-  run_varlen(r, none, rng, stream);
+  for (int kind : {1, 2}) {  // a span grid of 2 blocks an SM; streamed, one an SM
+    g_options = DecodeOptions{};
+    g_options.balance = kind == 1 ? 2 : 1;
+    g_options.balance_span = kind;
+    g_mode = kind == 1 ? "span2." : "stream1.";
+    test_varlen(r, rng, stream);
+    const ScalarType f16 = ScalarType::kFloat16;
+    VarlenCase few = skewed(rng, g_mode + "few_units.gqa8_2.d128.fp16", 3, 700, 8, 2, 128, f16, 1);
+    few.want_span = kind;
+    run_varlen(r, few, rng, stream);
+    VarlenCase none = skewed(rng, g_mode + "no_units.gqa8_2.d128.fp16", 4, 600, 8, 2, 128, f16, 1);
+    none.seqlens.assign(4, 0);
+    none.mapped.assign(4, 0);  // every slot's one new key unmapped: all refused, zeros and the flag
+    none.want_span = kind;
+    run_varlen(r, none, rng, stream);
+    // One-tile pieces back to back (256 slots x 2 kv heads of one 64-key tile each, 2-4 a block): the streamed
+    // grid's query buffers turn over every tile, two pieces ahead of the one computed.
+    VarlenCase tiny = skewed(rng, g_mode + "one_tile_pieces.gqa16_2.d128.fp16", 256, 300, 16, 2, 128, f16, 1);
+    for (auto& n : tiny.seqlens) n = n % 63;
+    tiny.want_span = kind;
+    run_varlen(r, tiny, rng, stream);
+  }
   g_options = DecodeOptions{};
   g_mode.clear();
 }

@@ -190,9 +190,9 @@ DecodeOptions options_for(const Case& c) {
   if (n == "mma_row_tiles") o.mma_row_tiles = static_cast<int>(c.value);
   if (n == "split_keys") o.split_keys = c.value;
   if (n == "balance") o.balance = static_cast<int>(c.value);
-  if (n == "span") {  // a span grid of this many blocks an SM
+  if (n == "span" || n == "span_stream") {  // a span grid of this many blocks an SM (streamed)
     o.balance = static_cast<int>(c.value);
-    o.balance_span = true;
+    o.balance_span = n == "span" ? 1 : 2;
   }
   if (n == "mma_row_warps") o.mma_row_warps = static_cast<int>(c.value);
   if (n == "balance_blocks_per_sm") {  // the rule's budget: under the rule
@@ -416,18 +416,25 @@ void test_split_keys(Report& r) {
 // the workspace (partials, then a count per (entry, kv head)); the balanced splits where a pair is not one
 // block's rows (row groups); refused without balance >= 1.
 void test_span(Report& r) {
-  struct Want { const char* name; int64_t B, S, Hq, Hkv, D, Tq, value; bool span; int64_t grid, depth; };
+  // span: the plan's Plan::balance_span (0: balanced splits, 1: a span grid, 2: streamed, which needs one block an
+  // SM of 4 warps and head_dim <= 128, else a span grid).
+  struct Want { const char* name; int64_t B, S, Hq, Hkv, D, Tq; const char* option; int64_t value; int span;
+                int64_t grid, depth; };
   const Want wants[] = {
-      {"qwen2_b16_16k_span2", 16, 16448, 28, 4, 128, 1, 2, true, 264, 68},
-      {"llama3_b64_16k_span1", 64, 16448, 32, 8, 128, 1, 1, true, 132, 18},
-      {"mha_b8_4k_span2", 8, 4096, 32, 32, 128, 1, 2, true, 264, 10},
-      {"short_b4_300_span2", 4, 300, 32, 8, 128, 1, 2, true, 264, 3},
-      {"gemma_b8_8k_span2", 8, 8192, 8, 1, 256, 1, 2, true, 264, 64},
-      {"causal_tq4_b8_8k_span2", 8, 8192, 32, 8, 128, 4, 2, true, 264, 35},
-      {"falcon71_row_groups_balanced", 64, 32768, 71, 1, 64, 1, 4, false, 528, 42},
+      {"qwen2_b16_16k_span2", 16, 16448, 28, 4, 128, 1, "span", 2, 1, 264, 68},
+      {"llama3_b64_16k_span1", 64, 16448, 32, 8, 128, 1, "span", 1, 1, 132, 18},
+      {"mha_b8_4k_span2", 8, 4096, 32, 32, 128, 1, "span", 2, 1, 264, 10},
+      {"short_b4_300_span2", 4, 300, 32, 8, 128, 1, "span", 2, 1, 264, 3},
+      {"gemma_b8_8k_span2", 8, 8192, 8, 1, 256, 1, "span", 2, 1, 264, 64},
+      {"causal_tq4_b8_8k_span2", 8, 8192, 32, 8, 128, 4, "span", 2, 1, 264, 35},
+      {"falcon71_row_groups_balanced", 64, 32768, 71, 1, 64, 1, "span", 4, 0, 528, 42},
+      {"qwen2_b16_16k_stream1", 16, 16448, 28, 4, 128, 1, "span_stream", 1, 2, 132, 35},
+      {"gqa_d64_b8_4k_stream1", 8, 4096, 32, 8, 64, 1, "span_stream", 1, 2, 132, 18},
+      {"qwen2_b16_16k_stream2_not_one_an_sm", 16, 16448, 28, 4, 128, 1, "span_stream", 2, 1, 264, 68},
+      {"gemma_b8_8k_stream1_d256", 8, 8192, 8, 1, 256, 1, "span_stream", 1, 1, 132, 64},
   };
   for (const Want& w : wants) {
-    const Case c{w.name, 1, w.B, w.S, w.Hq, w.Hkv, w.D, w.Tq, 1, 0, 0, "span", w.value, {}, 1};
+    const Case c{w.name, 1, w.B, w.S, w.Hq, w.Hkv, w.D, w.Tq, 1, 0, 0, w.option, w.value, {}, 1};
     const DecodeOptions o = options_for(c);
     const std::string n = "span." + name_of(c);
     Plan plan;
@@ -444,10 +451,15 @@ void test_span(Report& r) {
          n + ".workspace_bytes");
   }
   DecodeOptions bad;
-  bad.balance_span = true;
+  bad.balance_span = 1;
   for (int balance : {0, -1}) {
     bad.balance = balance;
     r.code(check_options(bad), Code::kInvalidArgument, "span.needs_blocks_an_sm." + std::to_string(balance));
+  }
+  bad.balance = 1;
+  for (int kind : {-1, 3}) {
+    bad.balance_span = kind;
+    r.code(check_options(bad), Code::kInvalidArgument, "span.kind." + std::to_string(kind));
   }
 }
 
