@@ -65,6 +65,9 @@ struct DecodeOptions {
   // with each block's pieces as one stream of tiles (decode_attention_span_stream_cuda.cuh), where the grid is
   // one block an SM of 4 warps and head_dim <= 128; else as 1.
   int balance_span = 0;
+  // > 0 with balance_span: the span grid's blocks, this many instead of balance x SMs (at most that many); a
+  // knob for measuring (e.g. a grid whose ranges end where equal-length pairs do).
+  int64_t span_blocks = 0;
   // 8-bit caches (kv_quant_attention.h): 0, the plan's (merge_chunk_of, kv_quant_attention_plan.h); 16 or 32:
   // splits their merge kernel reads per L2 round trip, forced. (32 is refused with split_keys.)
   int merge_chunk = 0;

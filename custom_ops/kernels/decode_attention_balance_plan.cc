@@ -82,6 +82,7 @@ bool plan_span(const DecodeAttentionParams& p, Plan* plan) {
                       plan->mma_tiles == 1 && p.head_dim <= 128 && p.kv_len < INT32_MAX &&
                       p.batch * p.q_len < INT32_MAX;
   plan->balance_span = stream ? 2 : 1;
+  if (options_of(p).span_blocks > 0) plan->balance_blocks = std::min(plan->balance_blocks, options_of(p).span_blocks);
   plan->balance_min_units = 1;
   plan->balance_wave = 0;
   plan->balance_grid = plan->balance_blocks;

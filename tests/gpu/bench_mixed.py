@@ -137,6 +137,8 @@ def main():
                 + [(f"ours_span{n}", {"balance": n, "balance_span": 1}) for n in ints("--span")]
                 + [(f"ours_span{n}w8", {"balance": n, "balance_span": 1, "mma_warps": 8}) for n in ints("--span-w8")]
                 + ([("ours_stream1", {"balance": 1, "balance_span": 2})] if "--span-stream" in sys.argv else [])
+                + [(f"ours_stream_g{n}", {"balance": 1, "balance_span": 2, "span_blocks": n}) for n in ints("--span-grid")]
+                + [(f"ours_span_g{n}", {"balance": 1, "balance_span": 1, "span_blocks": n}) for n in ints("--span-grid")]
                 + [(f"ours_rule{n}", {"balance": -1, "balance_blocks_per_sm": n}) for n in ints("--rule-blocks")])
     uniform, uniform_batches = ints("--uniform"), ints("--uniform-batches") or [16, 32, 64]
     if "--capi" in sys.argv:

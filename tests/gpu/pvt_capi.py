@@ -80,8 +80,8 @@ class CApi:
         return dims, ptrs, strides
 
     _OPTIONS = ("splits", "no_mma", "mma_mha", "mma_warps", "no_pdl", "no_cluster", "mma_blocks_per_sm", "split_keys",
-                "mma_row_tiles", "balance", "balance_blocks_per_sm", "merge_chunk", "balance_span")
-    _OPTION_DEFAULTS = (0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0)  # DecodeOptions' defaults
+                "mma_row_tiles", "balance", "balance_blocks_per_sm", "merge_chunk", "balance_span", "span_blocks")
+    _OPTION_DEFAULTS = (0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0)  # DecodeOptions' defaults
 
     def set_decode_options(self, **options):
         """pvt_torch's set_decode_options: the DecodeOptions every later plan uses (none: the defaults)."""

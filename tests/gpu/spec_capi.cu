@@ -95,6 +95,7 @@ int pvt_capi_set_decode_options(const int64_t* ints) {
   o.balance_blocks_per_sm = static_cast<int>(ints[10]);
   o.merge_chunk = static_cast<int>(ints[11]);
   o.balance_span = static_cast<int>(ints[12]);
+  o.span_blocks = ints[13];
   const pvt::Status s = pvt::decode_plan::check_options(o);
   if (!s.ok()) return status(s);
   g_options = o;
