@@ -437,23 +437,365 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
   if (l.mma_writes_rows() && threadIdx.x == 0 && e.refused && a.error_flag) *a.error_flag = 1;
 }
 
+// The 8x8 matrix of 16-bit values a warp holds one register a lane (row lane / 4, columns 2 (lane % 4)
+// and + 1), transposed in registers.
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  uint32_t r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+  return r;
+#else
+  return x;
+#endif
+}
+
+// Keys on the M side, for groups of at most 8 query heads (Launch::keys_on_m): S^T = K Q^T and O^T = V^T P^T
+// on mma.m16n8k16 with 16 keys (for P V: 16 dims) as M and the query heads as N (8, the rows past the group
+// zero). mma_split_kernel puts the query heads on M, where a group of 1-8 fills at most half the 16 rows:
+// here the same codes take half the MMAs and O half the registers (D / 16 m16 tiles of 4 floats a lane
+// instead of D / 8 n8 tiles). Same tiles, split ranges, scales, int8 bias and end as mma_split_kernel.
+// A lane's S^T holds keys g and g + 8 of each m16 tile for query rows 2t and 2t + 1, so a row's maximum and
+// sum run over the lanes of one t (xor 4, 8, 16); P becomes the B operand of P V through one movmatrix a
+// register. O^T's m16 tile mt holds dims VB g + 2 mt (its rows g) and VB g + 2 mt + 1 (rows g + 8): the dims
+// each lane reads of V, so V's A fragments are mma_split_kernel's byte permutes of the same loads.
 template <typename T, KvQuant kKind, int D, int W, int KPW>
-Status launch(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream) {
-  const auto kernel = mma_split_kernel<T, kKind, D, W, KPW>;
-  static const cudaError_t opt_in =  // above 48 KB of dynamic shared memory, once per instance
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, W, KPW>());
-  PVT_CU_CHECK(opt_in);
-  const int chunks = (l.group + kMmaHeads - 1) / kMmaHeads;
-  const dim3 grid(static_cast<unsigned>(l.splits), static_cast<unsigned>(p.attn.kv_heads * chunks),
-                  static_cast<unsigned>(p.attn.batch));
-  return decode_cuda::launch_kernel(kernel, grid, 32 * W, smem_bytes<D, W, KPW>(), 1, l.programmatic, stream, p, l, ws);
+__global__ void __launch_bounds__(32 * W, 512 / (32 * W)) mma_keys_kernel(const QuantAttentionParams p, const Launch l, float* ws) {
+  constexpr int KS = D / 16, MT = D / 16, VB = D / 8, CH = D / 16, STAGES = stages<D>();
+  constexpr int kWarps = W, kThreads = 32 * W, kTileKeys = mma_tile_keys(W, KPW);
+  constexpr int MK = KPW / 16;  // a warp's m16 tiles of keys (and k16 steps of P V)
+  constexpr int kPasses = kTileKeys * CH / kThreads;
+  constexpr int kScalePasses = 2 * kTileKeys / kThreads;
+  constexpr bool kPerToken = kKind == KvQuant::kInt8;
+  constexpr bool kBiased = biased_int8<T, kKind>();
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(KPW == 16 || KPW == 32, "16 or 32 keys a warp");
+  static_assert(kThreads % CH == 0 && kTileKeys * CH % kThreads == 0 && 2 * kTileKeys % kThreads == 0, "copy shape");
+  static_assert((kWarps * kMmaHeads * D + 2 * kWarps * kMmaHeads) * 4 <= smem_bytes<D, W, KPW>(), "the merge fits the tiles");
+  extern __shared__ __align__(16) uint8_t smem[];
+
+  decode_cuda::wait_for_previous_grid();  // as mma_split_kernel
+  const DecodeAttentionParams& a = p.attn;
+  const int64_t b = blockIdx.z;
+  const int hk = static_cast<int>(blockIdx.y);  // one chunk a kv head: group <= 8
+  const int rows = l.group;
+  const int split = static_cast<int>(blockIdx.x);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const EntryView e = entry_of(a, b);
+  const int64_t s0 = split * l.keys_per_split;
+  const int64_t s1 = e.n < s0 + l.keys_per_split ? e.n : s0 + l.keys_per_split;
+  const int n_tiles = s1 > s0 ? static_cast<int>((s1 - s0 + kTileKeys - 1) / kTileKeys) : 0;
+
+  const uint8_t* kb = static_cast<const uint8_t*>(a.k) + e.row * a.k_stride[1] + hk * a.k_stride[2];
+  const uint8_t* vb = static_cast<const uint8_t*>(a.v) + e.row * a.v_stride[1] + hk * a.v_stride[2];
+  const float* ksb = p.k_scale + e.row * p.k_scale_stride[1] + hk * p.k_scale_stride[2];
+  const float* vsb = p.v_scale + e.row * p.v_scale_stride[1] + hk * p.v_scale_stride[2];
+  auto tile_k = [&](int st) { return smem + st * stage_bytes<D, W, KPW>(); };
+  auto tile_v = [&](int st) { return tile_k(st) + kTileKeys * D; };
+  auto scale_k = [&](int st) { return reinterpret_cast<float*>(tile_v(st) + kTileKeys * D); };
+  auto scale_v = [&](int st) { return scale_k(st) + kTileKeys; };
+  const int ch = static_cast<int>(threadIdx.x) % CH, key0 = static_cast<int>(threadIdx.x) / CH;
+  auto load_tile = [&](int i, int st) {
+    const int64_t t0 = s0 + static_cast<int64_t>(i) * kTileKeys, left = s1 - t0;
+#pragma unroll
+    for (int it = 0; it < kPasses; ++it) {
+      const int key = key0 + it * (kThreads / CH);
+      const bool ok = key < left;
+      cp_async16(tile_k(st) + chunk_at<D>(key, ch), ok ? kb + (t0 + key) * a.k_stride[0] + 16 * ch : kb, ok);
+      cp_async16(tile_v(st) + chunk_at<D>(key, ch), ok ? vb + (t0 + key) * a.v_stride[0] + 16 * ch : vb, ok);
+    }
+    if constexpr (kPerToken) {
+#pragma unroll
+      for (int sp = 0; sp < kScalePasses; ++sp) {
+        const int idx = static_cast<int>(threadIdx.x) + sp * kThreads, key = idx % kTileKeys;
+        const bool ok = key < left, is_v = idx >= kTileKeys;
+        const float* src = is_v ? vsb + (t0 + key) * p.v_scale_stride[0] : ksb + (t0 + key) * p.k_scale_stride[0];
+        cp_async4((is_v ? scale_v(st) : scale_k(st)) + key, ok ? src : ksb, ok);
+      }
+    }
+    cp_async_commit();
+  };
+  prime_pipeline<STAGES>(n_tiles, load_tile);
+
+  // Q^T as the B operand: query row g (zeros past the group), dims of step ks as mma_split_kernel orders them.
+  uint32_t qb[KS][2];
+  {
+    const T* q = static_cast<const T*>(a.q);
+    const int64_t row_stride = a.cu_seqlens_q ? a.q_stride[1] : a.q_stride[0];
+    const bool live = g < rows && e.q_row >= 0;
+    const T* qr = q + (live ? e.q_row * row_stride + (static_cast<int64_t>(hk) * l.group + g) * a.q_stride[2] : 0);
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      const int d0 = 64 * (ks / 4) + 16 * t + 4 * (ks % 4);
+      float x[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[j] = live ? cuda_float::to_float(qr[(d0 + j) * a.q_stride[3]]) : 0.f;
+      qb[ks][0] = pack2<T>(x[0], x[1]);
+      qb[ks][1] = pack2<T>(x[2], x[3]);
+    }
+  }
+  // Biased int8: -1152 sum(q) of rows 2t and 2t + 1 (quad r sums row r).
+  float s_bias[2] = {0.f, 0.f};
+  if constexpr (kBiased) {
+    float sum = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&qb[ks][0]));
+      const float2 y = __half22float2(*reinterpret_cast<const __half2*>(&qb[ks][1]));
+      sum += (x.x + x.y) + (y.x + y.y);
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    s_bias[0] = -kInt8Bias * __shfl_sync(0xffffffffu, sum, 8 * t);
+    s_bias[1] = -kInt8Bias * __shfl_sync(0xffffffffu, sum, 8 * t + 4);
+  }
+
+  float scale2 = a.scale * kLog2e, out_factor = 1.f;
+  if constexpr (!kPerToken) {
+    scale2 *= __ldg(ksb);
+    out_factor = __ldg(vsb);
+  }
+  // Rows 2t (index 0) and 2t + 1 (index 1) of this lane.
+  float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f}, U = 0.f, inv_u = 0.f;
+  float o[kBiased ? MT + 1 : MT][4];  // O^T; for biased int8 one more tile: -1152 sum(p) of each row
+#pragma unroll
+  for (int n = 0; n < (kBiased ? MT + 1 : MT); ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  auto fold_bias = [&]() {
+    if constexpr (kBiased) {
+#pragma unroll
+      for (int n = 0; n < MT; ++n) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) o[n][j] += o[MT][j];
+      }
+      o[MT][0] = o[MT][1] = o[MT][2] = o[MT][3] = 0.f;
+    }
+  };
+
+  const int kw = warp * KPW;
+  for (int i = 0; i < n_tiles; ++i) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int next = i + STAGES - 1;
+    if (next < n_tiles) {
+      load_tile(next, next % STAGES);
+    } else {
+      cp_async_commit();
+    }
+    const int st = i % STAGES;
+    const int64_t ahead = s1 - (s0 + static_cast<int64_t>(i) * kTileKeys + kw);
+    const int visible = ahead <= 0 ? 0 : ahead >= KPW ? KPW : static_cast<int>(ahead);
+    if (visible == 0) continue;
+
+    // int8: the warp's largest V scale, every lane reading all KPW (broadcasts, no shuffles), early.
+    float vmax = 0.f;
+    if constexpr (kPerToken) {
+#pragma unroll
+      for (int q4 = 0; q4 < KPW / 4; ++q4) {
+        const float4 v4 = *reinterpret_cast<const float4*>(scale_v(st) + kw + 4 * q4);
+        vmax = fmaxf(vmax, fmaxf(fmaxf(v4.x, v4.y), fmaxf(v4.z, v4.w)));
+      }
+    }
+    // S^T = K Q^T: m16 tile mk holds keys kw + 16 mk + g (c0, c1) and + 8 (c2, c3), rows 2t, 2t + 1.
+    float s[MK][4];
+#pragma unroll
+    for (int mk = 0; mk < MK; ++mk) s[mk][0] = s[mk][1] = s[mk][2] = s[mk][3] = 0.f;
+#pragma unroll
+    for (int kg = 0; kg < D / 64; ++kg) {
+      uint4 wa[MK], wb[MK];
+#pragma unroll
+      for (int mk = 0; mk < MK; ++mk) {
+        wa[mk] = *reinterpret_cast<const uint4*>(tile_k(st) + chunk_at<D>(kw + 16 * mk + g, 4 * kg + t));
+        wb[mk] = *reinterpret_cast<const uint4*>(tile_k(st) + chunk_at<D>(kw + 16 * mk + g + 8, 4 * kg + t));
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int mk = 0; mk < MK; ++mk) {
+          const uint32_t x = j == 0 ? wa[mk].x : j == 1 ? wa[mk].y : j == 2 ? wa[mk].z : wa[mk].w;
+          const uint32_t y = j == 0 ? wb[mk].x : j == 1 ? wb[mk].y : j == 2 ? wb[mk].z : wb[mk].w;
+          const uint32_t af[4] = {code_pair<T, kKind, 0>(x), code_pair<T, kKind, 0>(y), code_pair<T, kKind, 1>(x),
+                                  code_pair<T, kKind, 1>(y)};
+          mma_16816<T>(s[mk], af, qb[4 * kg + j][0], qb[4 * kg + j][1]);
+        }
+      }
+    }
+    // Per key (this lane's keys g and g + 8 of each m16 tile): the softmax scale (times int8's K scale)
+    // and P's factor (int8's V scale over U).
+    float kf[MK][2], pf[MK][2], cv = 1.f;
+#pragma unroll
+    for (int mk = 0; mk < MK; ++mk) kf[mk][0] = kf[mk][1] = scale2, pf[mk][0] = pf[mk][1] = 1.f;
+    if constexpr (kPerToken) {
+#pragma unroll
+      for (int mk = 0; mk < MK; ++mk) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          kf[mk][h] = scale2 * scale_k(st)[kw + 16 * mk + g + 8 * h];
+          pf[mk][h] = scale_v(st)[kw + 16 * mk + g + 8 * h];
+        }
+      }
+      if (vmax > U) {  // warp-uniform
+        inv_u = 1.f / vmax;
+        cv = U * inv_u;
+        U = vmax;
+      }
+#pragma unroll
+      for (int mk = 0; mk < MK; ++mk) pf[mk][0] *= inv_u, pf[mk][1] *= inv_u;
+    }
+    float corr[2];
+#pragma unroll
+    for (int jr = 0; jr < 2; ++jr) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int mk = 0; mk < MK; ++mk) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float& x = s[mk][2 * h + jr];
+          if constexpr (kBiased) x += s_bias[jr];
+          x = 16 * mk + g + 8 * h < visible ? x * kf[mk][h] : -INFINITY;
+          mx = fmaxf(mx, x);
+        }
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));  // the lanes of one t share its rows
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+      const float m_new = fmaxf(m[jr], mx);
+      const float c = m_new == -INFINITY ? 1.f : exp2f(m[jr] - m_new);
+      float sum = 0.f;
+#pragma unroll
+      for (int mk = 0; mk < MK; ++mk) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float& x = s[mk][2 * h + jr];
+          x = m_new == -INFINITY ? 0.f : exp2f(x - m_new);
+          sum += x;
+        }
+      }
+      lsum[jr] = lsum[jr] * c + sum;  // without V scales
+      m[jr] = m_new;
+      corr[jr] = c * cv;
+    }
+    if (corr[0] != 1.f || corr[1] != 1.f) {
+#pragma unroll
+      for (int n = 0; n < (kBiased ? MT + 1 : MT); ++n) {
+        o[n][0] *= corr[0], o[n][1] *= corr[1], o[n][2] *= corr[0], o[n][3] *= corr[1];
+      }
+    }
+#pragma unroll
+    for (int mk = 0; mk < MK; ++mk) {  // k16 steps of P V: keys kw + 16 mk .. + 15
+      // P^T's B fragments: (key g | g + 8; rows 2t, 2t + 1) transposed to (row g; keys 2t, 2t + 1 | + 8).
+      const uint32_t pb0 = transpose8x8(pack2<T>(s[mk][0] * pf[mk][0], s[mk][1] * pf[mk][0]));
+      const uint32_t pb1 = transpose8x8(pack2<T>(s[mk][2] * pf[mk][1], s[mk][3] * pf[mk][1]));
+      uint32_t vw[4][VB / 4];  // keys 2t, 2t + 1, 2t + 8, 2t + 9 of the step: codes VB g .. VB g + VB - 1
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int key = kw + 16 * mk + 2 * t + (r & 1) + 8 * (r >> 1);
+        if constexpr (VB == 16) {
+          const uint4 x = *reinterpret_cast<const uint4*>(tile_v(st) + chunk_at<D>(key, g));
+          vw[r][0] = x.x, vw[r][1] = x.y, vw[r][2] = x.z, vw[r][3] = x.w;
+        } else {
+          const uint2 x = *reinterpret_cast<const uint2*>(tile_v(st) + chunk_at<D>(key, g >> 1) + 8 * (g & 1));
+          vw[r][0] = x.x, vw[r][1] = x.y;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < VB / 4; ++j) {
+        const uint32_t lo01 = __byte_perm(vw[0][j], vw[1][j], 0x5140), hi01 = __byte_perm(vw[0][j], vw[1][j], 0x7362);
+        const uint32_t lo89 = __byte_perm(vw[2][j], vw[3][j], 0x5140), hi89 = __byte_perm(vw[2][j], vw[3][j], 0x7362);
+        const uint32_t a0[4] = {code_pair<T, kKind, 0>(lo01), code_pair<T, kKind, 1>(lo01), code_pair<T, kKind, 0>(lo89),
+                                code_pair<T, kKind, 1>(lo89)};
+        const uint32_t a1[4] = {code_pair<T, kKind, 0>(hi01), code_pair<T, kKind, 1>(hi01), code_pair<T, kKind, 0>(hi89),
+                                code_pair<T, kKind, 1>(hi89)};
+        mma_16816<T>(o[2 * j], a0, pb0, pb1);
+        mma_16816<T>(o[2 * j + 1], a1, pb0, pb1);
+      }
+      if constexpr (kBiased) {
+        const uint32_t bias[4] = {kNegBiasPair, kNegBiasPair, kNegBiasPair, kNegBiasPair};
+        mma_16816<T>(o[MT], bias, pb0, pb1);
+      }
+    }
+    if constexpr (kBiased) {
+      if (i % (kBiasFoldTiles / MK) == kBiasFoldTiles / MK - 1) fold_bias();
+    }
+  }
+  fold_bias();
+  cp_async_wait<0>();
+  __syncthreads();
+  decode_cuda::allow_next_grid();
+
+#pragma unroll
+  for (int jr = 0; jr < 2; ++jr) {
+    lsum[jr] += __shfl_xor_sync(0xffffffffu, lsum[jr], 4);
+    lsum[jr] += __shfl_xor_sync(0xffffffffu, lsum[jr], 8);
+    lsum[jr] += __shfl_xor_sync(0xffffffffu, lsum[jr], 16);
+  }
+  const float ofac = kPerToken ? U : out_factor;
+  float* sm_o = reinterpret_cast<float*>(smem);  // [kWarps][16][D]
+  float* sm_m = sm_o + kWarps * kMmaHeads * D;   // [kWarps][16]
+  float* sm_l = sm_m + kWarps * kMmaHeads;       // [kWarps][16]
+#pragma unroll
+  for (int jr = 0; jr < 2; ++jr) {
+    const int r = 2 * t + jr;
+    if (r >= rows) continue;
+    if (g == 0) {
+      sm_m[warp * kMmaHeads + r] = m[jr];
+      sm_l[warp * kMmaHeads + r] = lsum[jr];
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) sm_o[(warp * kMmaHeads + r) * D + VB * g + 2 * mt + h] = o[mt][2 * h + jr] * ofac;
+    }
+  }
+  __syncthreads();
+  const int64_t head0 = static_cast<int64_t>(hk) * l.group;
+  for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) {
+    const int r = idx / D, d = idx % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w * kMmaHeads + r]);
+    float sum = 0.f, acc = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float c = exp2f(sm_m[w * kMmaHeads + r] - mx);
+        sum += sm_l[w * kMmaHeads + r] * c;
+        acc += sm_o[(w * kMmaHeads + r) * D + d] * c;
+      }
+    }
+    if (l.mma_writes_rows()) {
+      if (e.q_row >= 0) write_head<T>(a, e, head0 + r, d, mx, sum, acc);
+    } else {
+      float* out = ws + partial_at(a, l, b, head0 + r, split);
+      out[2 + d] = acc;
+      if (d == 0) {
+        out[0] = mx;
+        out[1] = sum;
+      }
+    }
+  }
+  if (l.mma_writes_rows() && threadIdx.x == 0 && e.refused && a.error_flag) *a.error_flag = 1;
 }
 
 template <typename T, KvQuant kKind, int D, int W, int KPW>
-int resident() {
-  static const int blocks =
-      decode_cuda::query_resident(mma_split_kernel<T, kKind, D, W, KPW>, 32 * W, smem_bytes<D, W, KPW>(), 1);
-  return blocks;
+Status launch(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream) {
+  const auto rows_kernel = mma_split_kernel<T, kKind, D, W, KPW>;
+  const auto keys_kernel = mma_keys_kernel<T, kKind, D, W, KPW>;
+  static const cudaError_t opt_in[2] = {  // above 48 KB of dynamic shared memory, once per instance
+      cudaFuncSetAttribute(rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, W, KPW>()),
+      cudaFuncSetAttribute(keys_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, W, KPW>())};
+  PVT_CU_CHECK(opt_in[l.keys_on_m ? 1 : 0]);
+  const int chunks = (l.group + kMmaHeads - 1) / kMmaHeads;
+  const dim3 grid(static_cast<unsigned>(l.splits), static_cast<unsigned>(p.attn.kv_heads * chunks),
+                  static_cast<unsigned>(p.attn.batch));
+  return decode_cuda::launch_kernel(l.keys_on_m ? keys_kernel : rows_kernel, grid, 32 * W, smem_bytes<D, W, KPW>(), 1,
+                                    l.programmatic, stream, p, l, ws);
+}
+
+template <typename T, KvQuant kKind, int D, int W, int KPW>
+int resident(bool keys_on_m) {
+  static const int blocks[2] = {
+      decode_cuda::query_resident(mma_split_kernel<T, kKind, D, W, KPW>, 32 * W, smem_bytes<D, W, KPW>(), 1),
+      decode_cuda::query_resident(mma_keys_kernel<T, kKind, D, W, KPW>, 32 * W, smem_bytes<D, W, KPW>(), 1)};
+  return blocks[keys_on_m ? 1 : 0];
 }
 
 // f(kind, D, W, KPW) (integral constants) for the instance of p's kind and head_dim and the block's shape:
@@ -473,9 +815,9 @@ auto by_instance(const QuantAttentionParams& p, int warps, int warp_keys, F f) {
 }
 
 template <typename T>
-int resident_of(const QuantAttentionParams& p, int warps, int warp_keys) {
-  return by_instance(p, warps, warp_keys, [](auto kind, auto d, auto w, auto kpw) {
-    return resident<T, decltype(kind)::value, decltype(d)::value, decltype(w)::value, decltype(kpw)::value>();
+int resident_of(const QuantAttentionParams& p, int warps, int warp_keys, bool keys_on_m) {
+  return by_instance(p, warps, warp_keys, [&](auto kind, auto d, auto w, auto kpw) {
+    return resident<T, decltype(kind)::value, decltype(d)::value, decltype(w)::value, decltype(kpw)::value>(keys_on_m);
   });
 }
 
@@ -494,9 +836,9 @@ bool mma_takes(const QuantAttentionParams& p, int device_major) {
          (p.attn.head_dim == 64 || p.attn.head_dim == 128);
 }
 
-int quant_mma_resident(const QuantAttentionParams& p, int warps, int warp_keys) {
-  return p.attn.dtype == ScalarType::kFloat16 ? resident_of<__half>(p, warps, warp_keys)
-                                              : resident_of<__nv_bfloat16>(p, warps, warp_keys);
+int quant_mma_resident(const QuantAttentionParams& p, int warps, int warp_keys, bool keys_on_m) {
+  return p.attn.dtype == ScalarType::kFloat16 ? resident_of<__half>(p, warps, warp_keys, keys_on_m)
+                                              : resident_of<__nv_bfloat16>(p, warps, warp_keys, keys_on_m);
 }
 
 Status quant_mma_split(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream) {

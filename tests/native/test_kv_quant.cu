@@ -144,6 +144,7 @@ struct AttnCase {
   int64_t splits = 0;  // > 0: DecodeOptions::splits (the merge of more than one chunk of partials)
   int warps = 0;       // > 0: DecodeOptions::mma_warps (the tensor-core kernel's blocks of 4 or 8 warps)
   int warp_keys = 0;   // > 0: QuantAttentionParams::warp_keys (16 or 32 keys a warp of every tile)
+  int keys_on_m = 0;   // QuantAttentionParams::keys_on_m (1: mma_keys_kernel forced)
 };
 
 // Whether quant_attention_cuda takes the tensor-core kernel for c (kv_quant_attention_cuda.cuh's
@@ -208,12 +209,13 @@ void test_attention(const AttnCase& c) {
                            (c.layout == kBatchMajor ? ".batch_major" : c.layout == kHeadMajor ? ".head_major" : "") +
                            (c.splits > 0 ? ".splits" + std::to_string(c.splits) : "") +
                            (c.warps > 0 ? ".w" + std::to_string(c.warps) : "") +
-                           (c.warp_keys > 0 ? ".k" + std::to_string(c.warp_keys) : "");
+                           (c.warp_keys > 0 ? ".k" + std::to_string(c.warp_keys) : "") + (c.keys_on_m == 1 ? ".keys_on_m" : "");
   pvt::DecodeOptions opts;
   opts.splits = c.splits;
   opts.mma_warps = c.warps;
   if (c.splits > 0 || c.warps > 0) a.options = &opts;
   p.warp_keys = c.warp_keys;
+  p.keys_on_m = c.keys_on_m;
   // Host.
   std::vector<uint8_t> hout(B * Hq * D * elem_size(c.t));
   std::vector<float> hlse(B * Hq);
@@ -392,6 +394,7 @@ int g_warps = 0;            // --warps N: the 8-bit tensor-core blocks of N warp
 int g_warp_keys = 0;        // --warp-keys N: ... of warps taking N keys of every tile (16 or 32)
 int64_t g_batch = 0;        // --batch N: the sweep's and the bench's rows of batch N only
 int g_merge_chunk = 0;      // --merge-chunk N: DecodeOptions::merge_chunk in the sweep and the bench
+int g_keys_on_m = 0;        // --keys-on-m N: QuantAttentionParams::keys_on_m in the sweep and the bench
 
 void sweep(bool profile) {
   cudaStream_t s;
@@ -439,6 +442,7 @@ void sweep(bool profile) {
         p.attn = bench_attn(B, Hkv, S, q.p, out.p);
         p.attn.options = &opts;
         p.warp_keys = g_warp_keys;
+        p.keys_on_m = g_keys_on_m;
         set_bench_kind(&p, kind, fp8_scale.p, k[0], v[0], ks[0], vs[0]);  // the size asks for valid params
         pvt::DecodeAttentionParams& a = p.attn;
         const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
@@ -536,6 +540,7 @@ void bench() {
           qopts.merge_chunk = g_merge_chunk;
           if (g_warps > 0 || g_merge_chunk > 0) p.attn.options = &qopts;
           p.warp_keys = g_warp_keys;
+          p.keys_on_m = g_keys_on_m;
           set_bench_kind(&p, kind, fp8_scale.p, kind == 0 ? k8[0] : ki[0], kind == 0 ? v8[0] : vi[0], ksc[0], vsc[0]);
           const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
           Dev<uint8_t> w(wsq);
@@ -573,23 +578,32 @@ void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> type
     for (int64_t D : {64, 128}) {
       for (const Shape sh : {Shape{4, 16}, Shape{8, 16}, Shape{4, 32}}) {
         const int w = sh.warps, k = sh.warp_keys;
-        for (int64_t G : {1, 2, 3, 4, 8, 16, 20, 32}) test_attention({kind, t, 2, 2 * G, 2, D, 333, false, kSeqMajor, 0, w, k});
-        for (int64_t S : {1, 63, 64, 65, 127, 128, 129, 4097}) test_attention({kind, t, 3, 8, 2, D, S, false, kSeqMajor, 0, w, k});
-        for (Layout lay : {kBatchMajor, kHeadMajor}) test_attention({kind, t, 2, 8, 2, D, 1000, false, lay, 0, w, k});
-        test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor, 0, w, k});
-        // Forced split counts: one chunk of the merge (5), two (20), three (40 asked: 33 of 128 keys),
-        // a partial last chunk each time; with lengths that end some splits early.
-        for (int64_t n : {5, 20, 40}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n, w, k});
-        // One split: the block writes its rows, no merge kernel (a refused entry among them); and 2 splits.
-        for (int64_t n : {1, 2}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n, w, k});
-        test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor, 1, w, k});
+        // Each with the query heads on M (the plan's kernel here) and with the keys on M (mma_keys_kernel,
+        // groups of at most 8).
+        for (int km : {0, 1}) {
+          for (int64_t G : {1, 2, 3, 4, 5, 7, 8, 16, 20, 32}) {
+            if (km == 0 || G <= 8) test_attention({kind, t, 2, 2 * G, 2, D, 333, false, kSeqMajor, 0, w, k, km});
+          }
+          for (int64_t S : {1, 63, 64, 65, 127, 128, 129, 4097}) test_attention({kind, t, 3, 8, 2, D, S, false, kSeqMajor, 0, w, k, km});
+          for (Layout lay : {kBatchMajor, kHeadMajor}) test_attention({kind, t, 2, 8, 2, D, 1000, false, lay, 0, w, k, km});
+          test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor, 0, w, k, km});
+          // Forced split counts: one chunk of the merge (5), two (20), three (40 asked: 33 of 128 keys),
+          // a partial last chunk each time; with lengths that end some splits early.
+          for (int64_t n : {5, 20, 40}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n, w, k, km});
+          // One split: the block writes its rows, no merge kernel (a refused entry among them); and 2 splits.
+          for (int64_t n : {1, 2}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n, w, k, km});
+          test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor, 1, w, k, km});
+          test_attention({kind, t, 4, 28, 4, D, 2000, true, kSeqMajor, 0, w, k, km});  // Qwen2's group of 7
+        }
       }
     }
     // One split of 20000 keys (313 tiles of 64; 157 of 128 with 32 keys a warp): int8's bias (+1152 a
     // code under float16 q) is folded out of O every 64 warp steps of 16 keys; this is where the MMA's
     // truncated float32 sums would show if it were not.
-    test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 16});
-    test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 32});
+    for (int km : {0, 1}) {
+      test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 16, km});
+      test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 32, km});
+    }
   }
 }
 
@@ -616,6 +630,25 @@ void test_bad_warp_keys() {
     p.warp_keys = bad.warp_keys;
     r.code(pvt::quant_attention_cuda(p, nullptr), pvt::Code::kInvalidArgument, std::string("warp_keys.") + bad.name);
   }
+  // keys on M forced where the group is over 8 (here 16), or a value other than -1, 0, 1: refused by name.
+  opts.mma_warps = 0, p.warp_keys = 0;
+  Dev<__half> wide_q(B * 16 * Hkv * D), wide_out(wide_q.n);
+  pvt::QuantAttentionParams wide = p;
+  wide.attn.q = wide_q.p, wide.attn.out = wide_out.p;
+  wide.attn.q_heads = 16 * Hkv;
+  const int64_t wq[4] = {16 * Hkv * D, 16 * Hkv * D, D, 1};
+  std::copy(wq, wq + 4, wide.attn.q_stride), std::copy(wq, wq + 4, wide.attn.out_stride);
+  r.ok(pvt::quant_attention_cuda(wide, nullptr), "keys_on_m.group_16_plan");  // the same call, not forced: runs
+  CK(cudaDeviceSynchronize());
+  struct BadKeys { pvt::QuantAttentionParams* params; int km; const char* name; };
+  for (const BadKeys bad : {BadKeys{&p, 2, "2"}, BadKeys{&p, -2, "minus_2"}, BadKeys{&wide, 1, "group_16"}}) {
+    bad.params->keys_on_m = bad.km;
+    const pvt::Status st = pvt::quant_attention_cuda(*bad.params, nullptr);
+    r.code(st, pvt::Code::kInvalidArgument, std::string("keys_on_m.") + bad.name);
+    r.check(st.to_string().find("keys_on_m") != std::string::npos, std::string("keys_on_m.") + bad.name + ".named",
+            st.to_string());
+    bad.params->keys_on_m = 0;
+  }
   CK(cudaDeviceSynchronize());
   bool untouched = true;
   for (const __half x : out.get()) untouched = untouched && *reinterpret_cast<const uint16_t*>(&x) == 0x7b7b;
@@ -632,7 +665,8 @@ void test_bad_warp_keys() {
 // --sweep: the split-count sweep only (with --auto: the planner's count only); --profile: sweep's plain calls for a profiler;
 // --warps 4|8: the 8-bit tensor-core kernel's blocks forced to that many warps in the sweep and the bench;
 // --warp-keys 16|32: ... to warps of that many keys of every tile; --batch N: the sweep's and the bench's rows
-// of batch N only; --merge-chunk 16|32: the merge's splits a round trip forced in both.
+// of batch N only; --merge-chunk 16|32: the merge's splits a round trip forced in both; --keys-on-m 1|-1: mma_keys_kernel
+// forced on / off in both.
 int main(int argc, char** argv) {
   bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false;
   bool& sweep_auto = g_sweep_auto;
@@ -648,6 +682,7 @@ int main(int argc, char** argv) {
     if (arg == "--warp-keys" && i + 1 < argc) g_warp_keys = std::atoi(argv[++i]);
     if (arg == "--batch" && i + 1 < argc) g_batch = std::atoll(argv[++i]);
     if (arg == "--merge-chunk" && i + 1 < argc) g_merge_chunk = std::atoi(argv[++i]);
+    if (arg == "--keys-on-m" && i + 1 < argc) g_keys_on_m = std::atoi(argv[++i]);
   }
   if (sweep_only || profile) {
     sweep(profile);
