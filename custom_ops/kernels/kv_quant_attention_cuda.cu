@@ -246,12 +246,8 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
     const quant_plan::BlockShape shape =
         quant_plan::choose_block_shape(p.kind == KvQuant::kInt8, a.head_dim, blocks, sms, warps_asked, p.warp_keys);
     l->warps = shape.warps, l->warp_keys = shape.warp_keys;
-    if (p.keys_on_m < -1 || p.keys_on_m > 1 || (p.keys_on_m == 1 && l->group > 8)) {
-      return Status(Code::kInvalidArgument, op + "keys_on_m must be -1, 0 or 1, and 1 only with at most 8 query heads a "
-                                                 "kv head; got " + std::to_string(p.keys_on_m) + " with a group of " +
-                                                 std::to_string(l->group));
-    }
-    l->keys_on_m = p.keys_on_m == 1;
+    PVT_RETURN_IF_ERROR(quant_plan::check_keys_on_m(p.keys_on_m, l->group));
+    l->keys_on_m = quant_plan::choose_keys_on_m(l->group, p.keys_on_m);
     const int64_t tile = quant_cuda::mma_tile_keys(l->warps, l->warp_keys), tiles = (a.kv_len + tile - 1) / tile;
     // At least kMinKeysPerSplit keys a split unless forced: GQA B = 1 S = 4k took 14.8 us (fp8) with 32
     // splits of 128 keys, what the wave cost alone picks, against 10.8 with 16 (H200, 2026-12-02 sweep).

@@ -3,8 +3,10 @@
 # on the H200, from binaries built without a GPU (PRE: test_kv_quant_cuda, test_kv_quant_cuda_broken = a copy
 # broken on purpose in mma_keys_kernel, test_decode_plan). Usage: bash tests/gpu/run_quant_keys.sh PRE [STEPS]
 # STEPS (default "checks bench"): checks = the plan, every case, the broken copy, memcheck of the tensor-core
-# cases; bench = the bench with the plan's kernel, then with the keys on M forced; shapes = the keys on M with
-# 16 and with 32 keys a warp forced; cudnn = cuDNN on the float16 caches (its own process). Logs: $OUT/logs.tgz.
+# cases; bench = the bench with the plan's kernel (the keys on M for these groups), then with the query heads on
+# M forced; models = the same two on Qwen2-7B (28/4, a group of 7) and on head_dim 64 (32/8, 32/32); shapes = the
+# keys on M with 16 and with 32 keys a warp forced; cudnn = cuDNN on the float16 caches (its own process).
+# Logs: $OUT/logs.tgz.
 set -uo pipefail
 P=$1
 STEPS=${2:-checks bench}
@@ -26,8 +28,13 @@ for step in $STEPS; do
       run kv_quant_broken 40 "$P/test_kv_quant_cuda_broken" --tc-only
       run memcheck 60 compute-sanitizer --tool memcheck "$P/test_kv_quant_cuda" --tc-only ;;
     bench)
-      run bench_rows 100 "$P/test_kv_quant_cuda" --bench-only --keys-on-m -1
-      run bench_keys 100 "$P/test_kv_quant_cuda" --bench-only --keys-on-m 1 ;;
+      run bench_plan 100 "$P/test_kv_quant_cuda" --bench-only
+      run bench_heads 100 "$P/test_kv_quant_cuda" --bench-only --keys-on-m -1 ;;
+    models)
+      for m in 28,4,128 32,8,64 32,32,64; do
+        run "bench_plan_${m//,/_}" 100 "$P/test_kv_quant_cuda" --bench-only --model "$m"
+        run "bench_heads_${m//,/_}" 100 "$P/test_kv_quant_cuda" --bench-only --model "$m" --keys-on-m -1
+      done ;;
     shapes)
       run bench_keys_k16 100 "$P/test_kv_quant_cuda" --bench-only --keys-on-m 1 --warp-keys 16
       run bench_keys_k32 100 "$P/test_kv_quant_cuda" --bench-only --keys-on-m 1 --warp-keys 32 ;;

@@ -572,6 +572,16 @@ void test_quant_plan(Report& r) {
   r.code(check_warp_keys(8, 32), Code::kInvalidArgument, "quant_plan.warp_keys.32_8_warps");
   r.code(check_warp_keys(0, 24), Code::kInvalidArgument, "quant_plan.warp_keys.24");
   r.code(check_warp_keys(4, -16), Code::kInvalidArgument, "quant_plan.warp_keys.negative");
+  // Keys on M for groups of 1-8 (Qwen2's 7, Gemma's 8), the query heads on M past 8; forced either way.
+  for (int64_t group : {1, 4, 7, 8}) r.check(choose_keys_on_m(group, 0), "quant_plan.keys_on_m.rule_" + std::to_string(group));
+  for (int64_t group : {9, 16, 32}) r.check(!choose_keys_on_m(group, 0), "quant_plan.keys_on_m.rows_" + std::to_string(group));
+  r.check(!choose_keys_on_m(4, -1), "quant_plan.keys_on_m.never");
+  r.check(choose_keys_on_m(1, 1), "quant_plan.keys_on_m.forced");
+  for (int forced : {-1, 0, 1}) r.code(check_keys_on_m(forced, 8), Code::kOk, "quant_plan.keys_on_m.ok_" + std::to_string(forced + 1));
+  r.code(check_keys_on_m(0, 32), Code::kOk, "quant_plan.keys_on_m.rule_32");
+  r.code(check_keys_on_m(1, 9), Code::kInvalidArgument, "quant_plan.keys_on_m.forced_9");
+  r.code(check_keys_on_m(2, 4), Code::kInvalidArgument, "quant_plan.keys_on_m.two");
+  r.code(check_keys_on_m(-2, 4), Code::kInvalidArgument, "quant_plan.keys_on_m.minus_two");
 }
 
 }  // namespace
