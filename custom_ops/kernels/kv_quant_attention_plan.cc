@@ -59,13 +59,14 @@ Status check_keys_on_m(int forced, int64_t group) {
   return Status::Ok();
 }
 
-// Keys on M wherever the group fits the 8 columns of an n8 tile: with the query heads on M a group of 1-8
-// fills at most half the 16 rows, so the keys on M take half the MMAs and O half the registers. H200,
-// 2026-12-02 (docs/QUANTIZED_CACHE.md), head_dim 128, GQA 32/8 and MHA, B 1-32, 4k-64k: fp8 at most the
-// time of the query heads on M on every row (GQA B = 1 16k 14.9 against 18.9 us), int8 faster on every row
-// (GQA B = 8 32k 150.4 against 170.2 us, B = 1 4k 10.0 against 12.2).
-bool choose_keys_on_m(int64_t group, int forced) {
-  return forced != 0 ? forced == 1 : group <= 8;
+// Keys on M where the group fits the 8 columns of an n8 tile: with the query heads on M a group of 1-8 fills
+// at most half the 16 rows, so the keys on M take half the MMAs and O half the registers. H200, 2026-12-02
+// (docs/QUANTIZED_CACHE.md), B 1-32, 4k-64k, keys on M against query heads on M in the same call: head_dim
+// 128 (32/8, 32/32, Qwen2's 28/4): fp8 0.99-1.36x the speed (GQA B = 1 16k 14.9 against 18.9 us), int8
+// 1.02-1.37x; head_dim 64 (32/8, 32/32): int8 0.97-1.13x, but fp8 0.88-1.07x (B >= 8: 0.88-0.93x), so fp8
+// keeps the query heads on M there.
+bool choose_keys_on_m(bool int8, int64_t group, int64_t head_dim, int forced) {
+  return forced != 0 ? forced == 1 : group <= 8 && (head_dim == 128 || int8);
 }
 
 BlockShape choose_block_shape(bool int8, int64_t head_dim, int64_t blocks, int sms, int forced_warps, int forced_keys) {
