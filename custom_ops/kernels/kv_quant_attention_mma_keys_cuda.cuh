@@ -29,7 +29,7 @@ __device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
 }
 
 // Blocks an SM the kernel is compiled for (a register cap, no spill at 4 warps): fp8 4 (128 registers);
-// int8 3 (its scales and bias: at 128 registers int8 ran 8-20% slower at B >= 8 than at 3 blocks an SM
+// int8 3 (its scales and bias: at 128 registers int8 took 1.10-1.21x the time at B >= 8 of 3 blocks an SM
 // and 140 registers, H200, docs/QUANTIZED_CACHE.md).
 template <KvQuant kKind, int W>
 __host__ __device__ constexpr int keys_min_blocks() {
