@@ -151,6 +151,26 @@ struct SplitTiles {
   __device__ __forceinline__ float* scale_k(int st) const { return reinterpret_cast<float*>(v(st) + kTileKeys * D); }
   __device__ __forceinline__ float* scale_v(int st) const { return scale_k(st) + kTileKeys; }
 
+  // Tiles 0 .. STAGES - 2 in flight (empty groups past the last tile).
+  __device__ __forceinline__ void prime(int n_tiles) const {
+    auto load_tile = [&](int i, int st) { load(i, st); };
+    prime_pipeline<stages<D>()>(n_tiles, load_tile);
+  }
+  // The pipeline's step into tile i: wait until it has landed for every thread (and every warp is done with
+  // tile i - 1), then load tile i + STAGES - 1 into tile i - 1's stage (an empty group past the last tile).
+  // 32-bit counts: a cheap % STAGES.
+  __device__ __forceinline__ void step(int i, int n_tiles) const {
+    constexpr int STAGES = stages<D>();
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int next = i + STAGES - 1;
+    if (next < n_tiles) {
+      load(next, next % STAGES);
+    } else {
+      cp_async_commit();
+    }
+  }
+
   __device__ __forceinline__ void load(int i, int st) const {
     const int64_t t0 = s0 + static_cast<int64_t>(i) * kTileKeys, left = s1 - t0;  // keys of the tile inside the split
 #pragma unroll
@@ -171,6 +191,33 @@ struct SplitTiles {
     }
     cp_async_commit();
   }
+};
+
+// The V codes a lane feeds P V for the k16 step of keys [key0, key0 + 16) of a tile, in both kernels: keys 2t,
+// 2t + 1, 2t + 8, 2t + 9 at dims VB g .. VB g + VB - 1 (VB = D / 8), paired by key a register: for dims
+// 4j .. 4j + 3 of those, lo01(j) = [k0.d0, k1.d0, k0.d1, k1.d1] and hi01(j) = [k0.d2, k1.d2, k0.d3, k1.d3] of keys
+// 2t, 2t + 1; lo89 / hi89 the same of keys 2t + 8, 2t + 9 (code_pair then makes each pair two 16-bit values).
+template <int D>
+struct VStepCodes {
+  static constexpr int VB = D / 8;
+  uint32_t w[4][VB / 4];
+  __device__ __forceinline__ VStepCodes(const uint8_t* tile_v, int key0, int g, int t) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int key = key0 + 2 * t + (r & 1) + 8 * (r >> 1);
+      if constexpr (VB == 16) {
+        const uint4 x = *reinterpret_cast<const uint4*>(tile_v + chunk_at<D>(key, g));
+        w[r][0] = x.x, w[r][1] = x.y, w[r][2] = x.z, w[r][3] = x.w;
+      } else {
+        const uint2 x = *reinterpret_cast<const uint2*>(tile_v + chunk_at<D>(key, g >> 1) + 8 * (g & 1));
+        w[r][0] = x.x, w[r][1] = x.y;
+      }
+    }
+  }
+  __device__ __forceinline__ uint32_t lo01(int j) const { return __byte_perm(w[0][j], w[1][j], 0x5140); }
+  __device__ __forceinline__ uint32_t hi01(int j) const { return __byte_perm(w[0][j], w[1][j], 0x7362); }
+  __device__ __forceinline__ uint32_t lo89(int j) const { return __byte_perm(w[2][j], w[3][j], 0x5140); }
+  __device__ __forceinline__ uint32_t hi89(int j) const { return __byte_perm(w[2][j], w[3][j], 0x7362); }
 };
 
 // The warps' states at the end of a block, in the tiles' space once the loop is done: per warp and row (16

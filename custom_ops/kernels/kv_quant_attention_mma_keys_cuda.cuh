@@ -61,8 +61,7 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
   const int n_tiles = s1 > s0 ? static_cast<int>((s1 - s0 + kTileKeys - 1) / kTileKeys) : 0;
 
   const SplitTiles<D, W, KPW, kPerToken> tiles(smem, p, e, hk, s0, s1);
-  auto load_tile = [&](int i, int st) { tiles.load(i, st); };
-  prime_pipeline<STAGES>(n_tiles, load_tile);
+  tiles.prime(n_tiles);
 
   // Q^T as the B operand: query row g (zeros past the group), dims of step ks as mma_split_kernel orders them.
   uint32_t qb[KS][2];
@@ -120,14 +119,7 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
 
   const int kw = warp * KPW;
   for (int i = 0; i < n_tiles; ++i) {
-    cp_async_wait<STAGES - 2>();
-    __syncthreads();
-    const int next = i + STAGES - 1;
-    if (next < n_tiles) {
-      load_tile(next, next % STAGES);
-    } else {
-      cp_async_commit();
-    }
+    tiles.step(i, n_tiles);  // tile i has landed for every thread; tile i + STAGES - 1 is on its way
     const int st = i % STAGES;
     const int64_t ahead = s1 - (s0 + static_cast<int64_t>(i) * kTileKeys + kw);
     const int visible = ahead <= 0 ? 0 : ahead >= KPW ? KPW : static_cast<int>(ahead);
@@ -232,22 +224,10 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
       // P^T's B fragments: (key g | g + 8; rows 2t, 2t + 1) transposed to (row g; keys 2t, 2t + 1 | + 8).
       const uint32_t pb0 = transpose8x8(pack2<T>(s[mk][0] * pf[mk][0], s[mk][1] * pf[mk][0]));
       const uint32_t pb1 = transpose8x8(pack2<T>(s[mk][2] * pf[mk][1], s[mk][3] * pf[mk][1]));
-      uint32_t vw[4][VB / 4];  // keys 2t, 2t + 1, 2t + 8, 2t + 9 of the step: codes VB g .. VB g + VB - 1
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int key = kw + 16 * mk + 2 * t + (r & 1) + 8 * (r >> 1);
-        if constexpr (VB == 16) {
-          const uint4 x = *reinterpret_cast<const uint4*>(tiles.v(st) + chunk_at<D>(key, g));
-          vw[r][0] = x.x, vw[r][1] = x.y, vw[r][2] = x.z, vw[r][3] = x.w;
-        } else {
-          const uint2 x = *reinterpret_cast<const uint2*>(tiles.v(st) + chunk_at<D>(key, g >> 1) + 8 * (g & 1));
-          vw[r][0] = x.x, vw[r][1] = x.y;
-        }
-      }
+      const VStepCodes<D> vc(tiles.v(st), kw + 16 * mk, g, t);
 #pragma unroll
       for (int j = 0; j < VB / 4; ++j) {
-        const uint32_t lo01 = __byte_perm(vw[0][j], vw[1][j], 0x5140), hi01 = __byte_perm(vw[0][j], vw[1][j], 0x7362);
-        const uint32_t lo89 = __byte_perm(vw[2][j], vw[3][j], 0x5140), hi89 = __byte_perm(vw[2][j], vw[3][j], 0x7362);
+        const uint32_t lo01 = vc.lo01(j), hi01 = vc.hi01(j), lo89 = vc.lo89(j), hi89 = vc.hi89(j);
         const uint32_t a0[4] = {code_pair<T, kKind, 0>(lo01), code_pair<T, kKind, 1>(lo01), code_pair<T, kKind, 0>(lo89),
                                 code_pair<T, kKind, 1>(lo89)};
         const uint32_t a1[4] = {code_pair<T, kKind, 0>(hi01), code_pair<T, kKind, 1>(hi01), code_pair<T, kKind, 0>(hi89),

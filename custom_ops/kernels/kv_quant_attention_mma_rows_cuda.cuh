@@ -62,8 +62,7 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
   const int n_tiles = s1 > s0 ? static_cast<int>((s1 - s0 + kTileKeys - 1) / kTileKeys) : 0;  // 32-bit: cheap % STAGES
 
   const SplitTiles<D, W, KPW, kPerToken> tiles(smem, p, e, hk, s0, s1);
-  auto load_tile = [&](int i, int st) { tiles.load(i, st); };
-  prime_pipeline<STAGES>(n_tiles, load_tile);
+  tiles.prime(n_tiles);
 
   // Q as the A operand (rows g and g + 8 of the chunk, dims in the permuted order above), while the
   // first tiles fly; zeros for rows that are not query heads of this entry.
@@ -133,14 +132,7 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
 
   const int kw = warp * KPW;  // the warp's first key in every tile
   for (int i = 0; i < n_tiles; ++i) {
-    cp_async_wait<STAGES - 2>();  // tile i has landed
-    __syncthreads();              // ... for every thread; and every warp is done with tile i - 1
-    const int next = i + STAGES - 1;
-    if (next < n_tiles) {
-      load_tile(next, next % STAGES);
-    } else {
-      cp_async_commit();
-    }
+    tiles.step(i, n_tiles);  // tile i has landed for every thread; tile i + STAGES - 1 is on its way
     const int st = i % STAGES;
     const int64_t ahead = s1 - (s0 + static_cast<int64_t>(i) * kTileKeys + kw);
     const int visible = ahead <= 0 ? 0 : ahead >= KPW ? KPW : static_cast<int>(ahead);
@@ -211,23 +203,11 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
       // O += P V: P (times int8's V scales over U) as the A operand straight from the scores.
       const uint32_t pa[4] = {pack2<T>(s[a0][0] * pf[a0][0], s[a0][1] * pf[a0][1]), pack2<T>(s[a0][2] * pf[a0][0], s[a0][3] * pf[a0][1]),
                               pack2<T>(s[a1][0] * pf[a1][0], s[a1][1] * pf[a1][1]), pack2<T>(s[a1][2] * pf[a1][0], s[a1][3] * pf[a1][1])};
-      uint32_t vw[4][VB / 4];  // keys 2t, 2t + 1, 2t + 8, 2t + 9 of the step: codes VB g .. VB g + VB - 1
-  #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int key = kw + 16 * kk + 2 * t + (r & 1) + 8 * (r >> 1);
-        if constexpr (VB == 16) {
-          const uint4 x = *reinterpret_cast<const uint4*>(tiles.v(st) + chunk_at<D>(key, g));
-          vw[r][0] = x.x, vw[r][1] = x.y, vw[r][2] = x.z, vw[r][3] = x.w;
-        } else {
-          const uint2 x = *reinterpret_cast<const uint2*>(tiles.v(st) + chunk_at<D>(key, g >> 1) + 8 * (g & 1));
-          vw[r][0] = x.x, vw[r][1] = x.y;
-        }
-      }
-  #pragma unroll
+      const VStepCodes<D> vc(tiles.v(st), kw + 16 * kk, g, t);
+#pragma unroll
       for (int j = 0; j < VB / 4; ++j) {
         // [k0.b0, k1.b0, k0.b1, k1.b1] and [k0.b2, k1.b2, k0.b3, k1.b3]: dims 4j .. 4j + 3 as key pairs.
-        const uint32_t lo01 = __byte_perm(vw[0][j], vw[1][j], 0x5140), hi01 = __byte_perm(vw[0][j], vw[1][j], 0x7362);
-        const uint32_t lo89 = __byte_perm(vw[2][j], vw[3][j], 0x5140), hi89 = __byte_perm(vw[2][j], vw[3][j], 0x7362);
+        const uint32_t lo01 = vc.lo01(j), hi01 = vc.hi01(j), lo89 = vc.lo89(j), hi89 = vc.hi89(j);
         mma_16816<T>(o[4 * j + 0], pa, code_pair<T, kKind, 0>(lo01), code_pair<T, kKind, 0>(lo89));
         mma_16816<T>(o[4 * j + 1], pa, code_pair<T, kKind, 1>(lo01), code_pair<T, kKind, 1>(lo89));
         mma_16816<T>(o[4 * j + 2], pa, code_pair<T, kKind, 0>(hi01), code_pair<T, kKind, 0>(hi89));

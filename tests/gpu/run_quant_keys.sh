@@ -11,21 +11,12 @@
 set -uo pipefail
 P=$1
 STEPS=${2:-checks bench}
-O=${OUT:-/tmp/out}/logs
-mkdir -p "$O"
-{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader; } > "$O/machine.txt"
-run() {  # name, limit (s), command...
-  local name=$1 limit=$2; shift 2
-  echo "== $name (start ${SECONDS}s, limit ${limit}s)"
-  timeout "$limit" "$@" > "$O/$name.log" 2>&1; local rc=$?
-  grep -E "^FAIL" "$O/$name.log" | head -6
-  echo "passed $(grep -c '^PASS' "$O/$name.log"), failed $(grep -c '^FAIL' "$O/$name.log"); rc=$rc"
-}
+source "$(dirname "$0")/run_lib.sh"  # O, run, finish
 for step in $STEPS; do
   case $step in
     checks)
       run decode_plan 20 "$P/test_decode_plan"
-      run kv_quant 120 "$P/test_kv_quant_cuda" --no-bench
+      run kv_quant 150 "$P/test_kv_quant_cuda" --no-bench
       run kv_quant_broken 40 "$P/test_kv_quant_cuda_broken" --tc-only
       run memcheck 60 compute-sanitizer --tool memcheck "$P/test_kv_quant_cuda" --tc-only ;;
     bench)
@@ -51,5 +42,4 @@ for step in $STEPS; do
   esac
 done
 grep -h "^BENCH\|^CUDNN" "$O"/bench*.log "$O"/cudnn.log 2>/dev/null | cut -c1-200
-echo "total ${SECONDS}s"
-tar czf "$O.tgz" -C "$(dirname "$O")" logs && rm -r "$O"
+finish
