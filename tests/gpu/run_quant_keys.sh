@@ -17,7 +17,7 @@ for step in $STEPS; do
     checks)
       run decode_plan 20 "$P/test_decode_plan"
       run kv_quant 150 "$P/test_kv_quant_cuda" --no-bench
-      run kv_quant_broken 40 "$P/test_kv_quant_cuda_broken" --tc-only
+      run kv_quant_broken 60 "$P/test_kv_quant_cuda_broken" --tc-only
       run memcheck 60 compute-sanitizer --tool memcheck "$P/test_kv_quant_cuda" --tc-only ;;
     bench)
       run bench_plan 100 "$P/test_kv_quant_cuda" --bench-only
