@@ -30,6 +30,9 @@ struct QuantAttentionParams {
   // CUDA, tensor cores: keys a warp takes of every tile. 0: the plan's choice (choose_block_shape,
   // kv_quant_attention_plan.h); 16 or 32 forced (32 with blocks of 4 warps only). A benchmark knob.
   int warp_keys = 0;
+  // CUDA, tensor cores: the keys on the MMA's M side and the query heads on N (mma_keys_kernel, groups of
+  // at most 8 query heads a kv head). 0: the plan's choice; 1 forced; -1 never. A benchmark knob.
+  int keys_on_m = 0;
 };
 
 // decode_attention's own check of attn, plus the kind and the scale pointers.

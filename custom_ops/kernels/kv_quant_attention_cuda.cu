@@ -246,13 +246,15 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
     const quant_plan::BlockShape shape =
         quant_plan::choose_block_shape(p.kind == KvQuant::kInt8, a.head_dim, blocks, sms, warps_asked, p.warp_keys);
     l->warps = shape.warps, l->warp_keys = shape.warp_keys;
+    PVT_RETURN_IF_ERROR(quant_plan::check_keys_on_m(p.keys_on_m, l->group));
+    l->keys_on_m = quant_plan::choose_keys_on_m(p.kind == KvQuant::kInt8, l->group, a.head_dim, p.keys_on_m);
     const int64_t tile = quant_cuda::mma_tile_keys(l->warps, l->warp_keys), tiles = (a.kv_len + tile - 1) / tile;
     // At least kMinKeysPerSplit keys a split unless forced: GQA B = 1 S = 4k took 14.8 us (fp8) with 32
     // splits of 128 keys, what the wave cost alone picks, against 10.8 with 16 (H200, 2026-12-02 sweep).
     const int64_t splits =
         forced > 0 ? std::min<int64_t>({forced, tiles, kMaxSplits})
                    : quant_plan::choose_mma_splits(blocks, tiles, std::max<int64_t>(1, a.kv_len / kMinKeysPerSplit),
-                                                   quant_cuda::quant_mma_resident(p, l->warps, l->warp_keys) * sms);
+                                                   quant_cuda::quant_mma_resident(p, l->warps, l->warp_keys, l->keys_on_m) * sms);
     l->keys_per_split = (tiles + splits - 1) / splits * tile;
     l->splits = static_cast<int>((a.kv_len + l->keys_per_split - 1) / l->keys_per_split);
     return Status::Ok();

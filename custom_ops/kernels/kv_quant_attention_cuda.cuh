@@ -29,6 +29,7 @@ struct Launch {
   bool mma = false;  // the tensor-core kernel (mma_takes) writes the partials
   int warps = 4;     // ... in blocks of this many warps (4 or 8), over tiles of mma_tile_keys(warps, warp_keys) keys
   int warp_keys = 16;  // ... each warp taking this many keys of a tile (16, or 32 with 4 warps)
+  bool keys_on_m = false;  // ... with the keys on the MMA's M side (mma_keys_kernel: groups of at most 8)
   bool programmatic = true;  // tensor-core split and merge as programmatic dependent launches (!options.no_pdl)
   // The tensor-core kernel with one split writes its rows itself and merge_kernel is not launched.
   __host__ __device__ bool mma_writes_rows() const { return mma && splits == 1; }
@@ -79,10 +80,11 @@ constexpr int kMmaHeads = 16;
 // of compute capability 8.0 or newer, p.tensor_cores); else the CUDA-core kernel does.
 bool mma_takes(const QuantAttentionParams& p, int device_major);
 
-// Blocks of the tensor-core kernel instance for p, in blocks of `warps` warps of `warp_keys` keys, resident
+// Blocks of the tensor-core kernel instance for p, in blocks of `warps` warps of `warp_keys` keys (keys on
+// M or query heads on M), resident
 // on an SM of the current device (asked once per instance; 1 where the query fails): what the split count
 // fills waves of.
-int quant_mma_resident(const QuantAttentionParams& p, int warps, int warp_keys);
+int quant_mma_resident(const QuantAttentionParams& p, int warps, int warp_keys, bool keys_on_m);
 
 // Queues the tensor-core split kernel for every (split, kv head, head chunk, entry) of `l`.
 Status quant_mma_split(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStream_t stream);

@@ -50,6 +50,25 @@ Status check_warp_keys(int mma_warps, int warp_keys) {
 // 2-16% slower at 19 of the other 20 rows (GQA B = 8 32k: 184.6 against 174.1 us; int8's longer chains
 // want the third block an SM). Blocks of 8 warps (16 keys), the rule before for GQA B = 1 from 8k keys,
 // lost to 32-key warps there (fp8 / int8 at 16k: 19.6 / 21.5 against 20.5 / 22.1 us); forced only now.
+Status check_keys_on_m(int forced, int64_t group) {
+  if (forced < -1 || forced > 1 || (forced == 1 && group > 8)) {
+    return Status(Code::kInvalidArgument, "quant_attention_cuda: keys_on_m must be -1, 0 or 1, and 1 only with at most "
+                                          "8 query heads a kv head; got " + std::to_string(forced) + " with a group of " +
+                                              std::to_string(group));
+  }
+  return Status::Ok();
+}
+
+// Keys on M where the group fits the 8 columns of an n8 tile: with the query heads on M a group of 1-8 fills
+// at most half the 16 rows, so the keys on M take half the MMAs and O half the registers. H200, 2026-12-02
+// (docs/QUANTIZED_CACHE.md), B 1-32, 4k-64k, keys on M against query heads on M in the same call: head_dim
+// 128 (32/8, 32/32, Qwen2's 28/4): fp8 0.99-1.36x the speed (GQA B = 1 16k 14.9 against 18.9 us), int8
+// 1.02-1.37x; head_dim 64 (32/8, 32/32): int8 0.97-1.13x, but fp8 0.88-1.07x (B >= 8: 0.88-0.93x), so fp8
+// keeps the query heads on M there.
+bool choose_keys_on_m(bool int8, int64_t group, int64_t head_dim, int forced) {
+  return forced != 0 ? forced == 1 : group <= 8 && (head_dim == 128 || int8);
+}
+
 BlockShape choose_block_shape(bool int8, int64_t head_dim, int64_t blocks, int sms, int forced_warps, int forced_keys) {
   const int warps = forced_warps != 0 ? forced_warps : 4;
   if (forced_keys != 0 || warps == 8) return BlockShape{warps, forced_keys != 0 ? forced_keys : 16};

@@ -105,6 +105,12 @@ def ours_attend(ext, pair, views, ws, pos):
     return attend
 
 
+def quant_workspace_bound(ext, q, k, v, k_scale, v_scale, first, last):
+    """Workspace bytes for every call from `first` to `last` keys: the 8-bit plan's split count is not monotone in
+    the length (1280 keys plan 5 splits of 128-key tiles, 1288 plan 4), so the capacity's size alone can be short."""
+    return max(ext.quant_workspace_bytes(q, k, v, q, n, k_scale, v_scale) for n in range(first, last + 1))
+
+
 def quant_cache(ext, dtype, src, cap):
     """An 8-bit Cache (`dtype` float8_e4m3fn or int8) holding the prompt src [B, Hkv, ctx, D], quantized by
     the extension's append, and its scales: fp8 per kv head, calibrated on the prompt (amax / 448; a zero
@@ -178,7 +184,7 @@ def run(ext, W, kvh, B, ctx, mode, steps, cache_dtype=None):
                  for i in range(L)]
         qs = torch.empty(B, 1, H, D, device=dev, dtype=dt)
         (k0, ks0), (v0, vs0) = pairs[0]
-        ws = torch.empty(ext.quant_workspace_bytes(qs, k0, v0, qs, cap, ks0, vs0), dtype=torch.uint8, device=dev)
+        ws = torch.empty(quant_workspace_bound(ext, qs, k0, v0, ks0, vs0, ctx, cap), dtype=torch.uint8, device=dev)
         def make(i):
             return quant_attend(ext, [c for c, _ in pairs[i]], [s for _, s in pairs[i]], ws, pos)
     else:  # ours, ours_graph

@@ -52,7 +52,7 @@ def decode(ext, W, E, kvh, B, ctx, steps, dtype, forced=None):
             made = [ll.quant_cache(ext, dtype, src, cap) for src in ll.prompt_kv(i, B, kvh, ctx)]
             pair, scales = [c for c, _ in made], [s for _, s in made]
             if i == 0:
-                ws = torch.empty(ext.quant_workspace_bytes(q, pair[0], pair[1], q, cap, scales[0], scales[1]),
+                ws = torch.empty(ll.quant_workspace_bound(ext, q, pair[0], pair[1], scales[0], scales[1], ctx, cap),
                                  dtype=torch.uint8, device=ll.dev)
             fns.append(ll.quant_attend(ext, pair, scales, ws, pos))
     tok = torch.ones(B, dtype=torch.long, device=ll.dev)

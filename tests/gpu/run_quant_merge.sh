@@ -6,18 +6,9 @@
 # process). Usage: bash tests/gpu/run_quant_merge.sh PRE (logs in $OUT/logs.tgz).
 set -uo pipefail
 P=$1
-O=${OUT:-/tmp/out}/logs  # tarred at the end (the number of files a run returns is capped)
-mkdir -p "$O"
-{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader; } > "$O/machine.txt"
-run() {  # name, limit (s), command...
-  local name=$1 limit=$2; shift 2
-  echo "== $name (start ${SECONDS}s, limit ${limit}s)"
-  timeout "$limit" "$@" > "$O/$name.log" 2>&1; local rc=$?
-  grep -E "^FAIL" "$O/$name.log" | head -6
-  echo "passed $(grep -c '^PASS' "$O/$name.log"), failed $(grep -c '^FAIL' "$O/$name.log"); rc=$rc"
-}
+source "$(dirname "$0")/run_lib.sh"  # O, run, finish
 run decode_plan 30 "$P/test_decode_plan"
-run kv_quant 100 "$P/test_kv_quant_cuda" --no-bench
+run kv_quant 150 "$P/test_kv_quant_cuda" --no-bench
 run kv_quant_broken 40 "$P/test_kv_quant_cuda_broken" --tc-only
 run memcheck 70 compute-sanitizer --tool memcheck "$P/test_kv_quant_cuda" --tc-only
 run sweep_b1 40 "$P/test_kv_quant_cuda" --sweep --batch 1
@@ -25,5 +16,4 @@ run bench 90 "$P/test_kv_quant_cuda" --bench-only
 run bench_b1_merge16 40 "$P/test_kv_quant_cuda" --bench-only --batch 1 --merge-chunk 16
 run cudnn 80 python3 tests/gpu/bench_quant_cudnn.py
 grep -h "^SWEEP\|^BENCH\|^CUDNN" "$O"/sweep_b1.log "$O"/bench.log "$O"/bench_b1_merge16.log "$O"/cudnn.log | cut -c1-200
-echo "total ${SECONDS}s"
-tar czf "$O.tgz" -C "$(dirname "$O")" logs && rm -r "$O"
+finish

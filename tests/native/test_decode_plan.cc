@@ -572,6 +572,25 @@ void test_quant_plan(Report& r) {
   r.code(check_warp_keys(8, 32), Code::kInvalidArgument, "quant_plan.warp_keys.32_8_warps");
   r.code(check_warp_keys(0, 24), Code::kInvalidArgument, "quant_plan.warp_keys.24");
   r.code(check_warp_keys(4, -16), Code::kInvalidArgument, "quant_plan.warp_keys.negative");
+  // Keys on M for groups of 1-8 (Qwen2's 7, Gemma's 8) at head_dim 128, and for int8 at 64; the query heads on
+  // M past 8 and for fp8 at 64; forced either way.
+  for (int64_t group : {1, 4, 7, 8}) {
+    const std::string g = std::to_string(group);
+    r.check(choose_keys_on_m(false, group, 128, 0) && choose_keys_on_m(true, group, 128, 0), "quant_plan.keys_on_m.rule_" + g);
+    r.check(choose_keys_on_m(true, group, 64, 0), "quant_plan.keys_on_m.int8_d64_" + g);
+    r.check(!choose_keys_on_m(false, group, 64, 0), "quant_plan.keys_on_m.fp8_d64_" + g);
+    r.check(choose_keys_on_m(false, group, 64, 1), "quant_plan.keys_on_m.fp8_d64_forced_" + g);
+  }
+  for (int64_t group : {9, 16, 32}) {
+    r.check(!choose_keys_on_m(false, group, 128, 0) && !choose_keys_on_m(true, group, 64, 0),
+            "quant_plan.keys_on_m.rows_" + std::to_string(group));
+  }
+  r.check(!choose_keys_on_m(true, 4, 128, -1), "quant_plan.keys_on_m.never");
+  for (int forced : {-1, 0, 1}) r.code(check_keys_on_m(forced, 8), Code::kOk, "quant_plan.keys_on_m.ok_" + std::to_string(forced + 1));
+  r.code(check_keys_on_m(0, 32), Code::kOk, "quant_plan.keys_on_m.rule_32");
+  r.code(check_keys_on_m(1, 9), Code::kInvalidArgument, "quant_plan.keys_on_m.forced_9");
+  r.code(check_keys_on_m(2, 4), Code::kInvalidArgument, "quant_plan.keys_on_m.two");
+  r.code(check_keys_on_m(-2, 4), Code::kInvalidArgument, "quant_plan.keys_on_m.minus_two");
 }
 
 }  // namespace

@@ -144,6 +144,7 @@ struct AttnCase {
   int64_t splits = 0;  // > 0: DecodeOptions::splits (the merge of more than one chunk of partials)
   int warps = 0;       // > 0: DecodeOptions::mma_warps (the tensor-core kernel's blocks of 4 or 8 warps)
   int warp_keys = 0;   // > 0: QuantAttentionParams::warp_keys (16 or 32 keys a warp of every tile)
+  int keys_on_m = 0;   // QuantAttentionParams::keys_on_m (1: mma_keys_kernel forced; -1: mma_split_kernel)
 };
 
 // Whether quant_attention_cuda takes the tensor-core kernel for c (kv_quant_attention_cuda.cuh's
@@ -208,12 +209,13 @@ void test_attention(const AttnCase& c) {
                            (c.layout == kBatchMajor ? ".batch_major" : c.layout == kHeadMajor ? ".head_major" : "") +
                            (c.splits > 0 ? ".splits" + std::to_string(c.splits) : "") +
                            (c.warps > 0 ? ".w" + std::to_string(c.warps) : "") +
-                           (c.warp_keys > 0 ? ".k" + std::to_string(c.warp_keys) : "");
+                           (c.warp_keys > 0 ? ".k" + std::to_string(c.warp_keys) : "") + (c.keys_on_m == 1 ? ".keys_on_m" : c.keys_on_m == -1 ? ".heads_on_m" : "");
   pvt::DecodeOptions opts;
   opts.splits = c.splits;
   opts.mma_warps = c.warps;
   if (c.splits > 0 || c.warps > 0) a.options = &opts;
   p.warp_keys = c.warp_keys;
+  p.keys_on_m = c.keys_on_m;
   // Host.
   std::vector<uint8_t> hout(B * Hq * D * elem_size(c.t));
   std::vector<float> hlse(B * Hq);
@@ -355,12 +357,23 @@ float graph_us(F call, int copies, int iters, cudaStream_t s) {
 
 // The benchmark's call on B entries, Hkv kv heads, S keys (32 query heads, head_dim 128, float16 q
 // and out, seq-major caches), without K/V, workspace or options.
+// The bench's and the sweep's model: Llama-3-8B (32 query heads on 8 kv heads) and Llama-2-7B (32 on 32) at
+// head_dim 128, or one given by --model HQ,HKV,D.
+int64_t g_model_hq = 32, g_model_hkv = 0, g_model_d = 128;
+std::vector<int64_t> bench_kv_heads() { return g_model_hkv > 0 ? std::vector<int64_t>{g_model_hkv} : std::vector<int64_t>{8, 32}; }
+std::string bench_model_name(int64_t Hkv) {
+  if (g_model_hkv > 0) {
+    return "model-" + std::to_string(g_model_hq) + "/" + std::to_string(Hkv) + "-d" + std::to_string(g_model_d);
+  }
+  return Hkv == 8 ? "llama3-8b-gqa" : "llama2-7b-mha";
+}
+
 pvt::DecodeAttentionParams bench_attn(int64_t B, int64_t Hkv, int64_t S, void* q, void* out) {
-  const int64_t Hq = 32, D = 128;
+  const int64_t Hq = g_model_hq, D = g_model_d;
   pvt::DecodeAttentionParams a;
   a.batch = B, a.q_len = 1, a.q_heads = Hq, a.kv_heads = Hkv, a.head_dim = D, a.kv_len = S;
   a.dtype = ScalarType::kFloat16;
-  a.scale = 1.f / std::sqrt(128.f);
+  a.scale = 1.f / std::sqrt(static_cast<float>(D));
   const int64_t qs[4] = {Hq * D, Hq * D, D, 1}, kvs[4] = {B * Hkv * D, Hkv * D, D, 1};
   std::copy(qs, qs + 4, a.q_stride), std::copy(qs, qs + 4, a.out_stride);
   std::copy(kvs, kvs + 4, a.k_stride), std::copy(kvs, kvs + 4, a.v_stride);
@@ -392,18 +405,19 @@ int g_warps = 0;            // --warps N: the 8-bit tensor-core blocks of N warp
 int g_warp_keys = 0;        // --warp-keys N: ... of warps taking N keys of every tile (16 or 32)
 int64_t g_batch = 0;        // --batch N: the sweep's and the bench's rows of batch N only
 int g_merge_chunk = 0;      // --merge-chunk N: DecodeOptions::merge_chunk in the sweep and the bench
+int g_keys_on_m = 0;        // --keys-on-m N: QuantAttentionParams::keys_on_m in the sweep and the bench
 
 void sweep(bool profile) {
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   int l2 = 0;
   CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-  const int64_t Hq = 32, D = 128;
+  const int64_t Hq = g_model_hq, D = g_model_d;
   struct Row { int64_t Hkv, B, S; };
   std::vector<Row> rows = profile ? std::vector<Row>{Row{8, 32, 32768}, Row{8, 1, 4096}}
                                         : std::vector<Row>{};
   if (!profile) {  // bench()'s rows
-    for (int64_t Hkv : {8, 32}) {
+    for (int64_t Hkv : bench_kv_heads()) {
       for (int64_t B : {1, 8, 32}) {
         if (g_batch > 0 && B != g_batch) continue;
         for (int64_t S : {4096, 16384, 32768, 65536}) rows.push_back(Row{Hkv, B, S});
@@ -428,7 +442,7 @@ void sweep(bool profile) {
     fp8_scale.put(std::vector<float>(Hkv, 0.01f));
     const int iters = static_cast<int>(std::max<int64_t>(8, std::min<int64_t>(100, int64_t(2e9 / (2 * elems)))));
     for (int kind = 0; kind < 2; ++kind) {
-      std::string line = std::string("SWEEP ") + (Hkv == 8 ? "gqa" : "mha") + " B" + std::to_string(B) + " S" +
+      std::string line = "SWEEP " + bench_model_name(Hkv) + " B" + std::to_string(B) + " S" +
                          std::to_string(S) + (kind == 0 ? " fp8" : " int8");
       for (int64_t n : profile || g_sweep_auto ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64}) {
         pvt::DecodeOptions opts;
@@ -439,6 +453,7 @@ void sweep(bool profile) {
         p.attn = bench_attn(B, Hkv, S, q.p, out.p);
         p.attn.options = &opts;
         p.warp_keys = g_warp_keys;
+        p.keys_on_m = g_keys_on_m;
         set_bench_kind(&p, kind, fp8_scale.p, k[0], v[0], ks[0], vs[0]);  // the size asks for valid params
         pvt::DecodeAttentionParams& a = p.attn;
         const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
@@ -487,8 +502,8 @@ void bench() {
     std::printf("BENCH copy %.0f GBps (bytes read + written)\n", 2.0 * n / us / 1e3);
   }
   std::printf("BENCH model B S us_fp16 us_fp8 us_int8 GBps_fp16 GBps_fp8 GBps_int8 fp8_vs_fp16 int8_vs_fp16\n");
-  const int64_t Hq = 32, D = 128;
-  for (int64_t Hkv : {8, 32}) {
+  const int64_t Hq = g_model_hq, D = g_model_d;
+  for (int64_t Hkv : bench_kv_heads()) {
     for (int64_t B : {1, 8, 32}) {
       if (g_batch > 0 && B != g_batch) continue;
       for (int64_t S : {4096, 16384, 32768, 65536}) {
@@ -536,6 +551,7 @@ void bench() {
           qopts.merge_chunk = g_merge_chunk;
           if (g_warps > 0 || g_merge_chunk > 0) p.attn.options = &qopts;
           p.warp_keys = g_warp_keys;
+          p.keys_on_m = g_keys_on_m;
           set_bench_kind(&p, kind, fp8_scale.p, kind == 0 ? k8[0] : ki[0], kind == 0 ? v8[0] : vi[0], ksc[0], vsc[0]);
           const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
           Dev<uint8_t> w(wsq);
@@ -550,7 +566,7 @@ void bench() {
           }, cp, iters, s);
         }
         const double b16 = double(f16_bytes), b8 = double(elems) * 2, bi = b8 + double(elems / D) * 8;
-        std::printf("BENCH %s %lld %lld %.1f %.1f %.1f %.0f %.0f %.0f %.2f %.2f\n", Hkv == 8 ? "llama3-8b-gqa" : "llama2-7b-mha",
+        std::printf("BENCH %s %lld %lld %.1f %.1f %.1f %.0f %.0f %.0f %.2f %.2f\n", bench_model_name(Hkv).c_str(),
                     (long long)B, (long long)S, t16, tq[0], tq[1], b16 / t16 / 1e3, b8 / tq[0] / 1e3, bi / tq[1] / 1e3,
                     t16 / tq[0], t16 / tq[1]);
         std::fflush(stdout);
@@ -573,23 +589,32 @@ void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> type
     for (int64_t D : {64, 128}) {
       for (const Shape sh : {Shape{4, 16}, Shape{8, 16}, Shape{4, 32}}) {
         const int w = sh.warps, k = sh.warp_keys;
-        for (int64_t G : {1, 2, 3, 4, 8, 16, 20, 32}) test_attention({kind, t, 2, 2 * G, 2, D, 333, false, kSeqMajor, 0, w, k});
-        for (int64_t S : {1, 63, 64, 65, 127, 128, 129, 4097}) test_attention({kind, t, 3, 8, 2, D, S, false, kSeqMajor, 0, w, k});
-        for (Layout lay : {kBatchMajor, kHeadMajor}) test_attention({kind, t, 2, 8, 2, D, 1000, false, lay, 0, w, k});
-        test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor, 0, w, k});
-        // Forced split counts: one chunk of the merge (5), two (20), three (40 asked: 33 of 128 keys),
-        // a partial last chunk each time; with lengths that end some splits early.
-        for (int64_t n : {5, 20, 40}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n, w, k});
-        // One split: the block writes its rows, no merge kernel (a refused entry among them); and 2 splits.
-        for (int64_t n : {1, 2}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n, w, k});
-        test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor, 1, w, k});
+        // Each with the query heads on M forced (mma_split_kernel; for groups over 8 the rule's kernel) and with
+        // the keys on M forced (mma_keys_kernel, groups of at most 8: the rule's kernel there).
+        for (int km : {-1, 1}) {
+          for (int64_t G : {1, 2, 3, 4, 5, 7, 8, 16, 20, 32}) {
+            if (km == -1 || G <= 8) test_attention({kind, t, 2, 2 * G, 2, D, 333, false, kSeqMajor, 0, w, k, km});
+          }
+          for (int64_t S : {1, 63, 64, 65, 127, 128, 129, 4097}) test_attention({kind, t, 3, 8, 2, D, S, false, kSeqMajor, 0, w, k, km});
+          for (Layout lay : {kBatchMajor, kHeadMajor}) test_attention({kind, t, 2, 8, 2, D, 1000, false, lay, 0, w, k, km});
+          test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor, 0, w, k, km});
+          // Forced split counts: one chunk of the merge (5), two (20), three (40 asked: 33 of 128 keys),
+          // a partial last chunk each time; with lengths that end some splits early.
+          for (int64_t n : {5, 20, 40}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n, w, k, km});
+          // One split: the block writes its rows, no merge kernel (a refused entry among them); and 2 splits.
+          for (int64_t n : {1, 2}) test_attention({kind, t, 3, 8, 2, D, 4097, true, kSeqMajor, n, w, k, km});
+          test_attention({kind, t, 5, 32, 8, D, 3000, true, kHeadMajor, 1, w, k, km});
+          test_attention({kind, t, 4, 28, 4, D, 2000, true, kSeqMajor, 0, w, k, km});  // Qwen2's group of 7
+        }
       }
     }
     // One split of 20000 keys (313 tiles of 64; 157 of 128 with 32 keys a warp): int8's bias (+1152 a
     // code under float16 q) is folded out of O every 64 warp steps of 16 keys; this is where the MMA's
     // truncated float32 sums would show if it were not.
-    test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 16});
-    test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 32});
+    for (int km : {-1, 1}) {
+      test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 16, km});
+      test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 32, km});
+    }
   }
 }
 
@@ -616,6 +641,25 @@ void test_bad_warp_keys() {
     p.warp_keys = bad.warp_keys;
     r.code(pvt::quant_attention_cuda(p, nullptr), pvt::Code::kInvalidArgument, std::string("warp_keys.") + bad.name);
   }
+  // keys on M forced where the group is over 8 (here 16), or a value other than -1, 0, 1: refused by name.
+  opts.mma_warps = 0, p.warp_keys = 0;
+  Dev<__half> wide_q(B * 16 * Hkv * D), wide_out(wide_q.n);
+  pvt::QuantAttentionParams wide = p;
+  wide.attn.q = wide_q.p, wide.attn.out = wide_out.p;
+  wide.attn.q_heads = 16 * Hkv;
+  const int64_t wq[4] = {16 * Hkv * D, 16 * Hkv * D, D, 1};
+  std::copy(wq, wq + 4, wide.attn.q_stride), std::copy(wq, wq + 4, wide.attn.out_stride);
+  r.ok(pvt::quant_attention_cuda(wide, nullptr), "keys_on_m.group_16_plan");  // the same call, not forced: runs
+  CK(cudaDeviceSynchronize());
+  struct BadKeys { pvt::QuantAttentionParams* params; int km; const char* name; };
+  for (const BadKeys bad : {BadKeys{&p, 2, "2"}, BadKeys{&p, -2, "minus_2"}, BadKeys{&wide, 1, "group_16"}}) {
+    bad.params->keys_on_m = bad.km;
+    const pvt::Status st = pvt::quant_attention_cuda(*bad.params, nullptr);
+    r.code(st, pvt::Code::kInvalidArgument, std::string("keys_on_m.") + bad.name);
+    r.check(st.to_string().find("keys_on_m") != std::string::npos, std::string("keys_on_m.") + bad.name + ".named",
+            st.to_string());
+    bad.params->keys_on_m = 0;
+  }
   CK(cudaDeviceSynchronize());
   bool untouched = true;
   for (const __half x : out.get()) untouched = untouched && *reinterpret_cast<const uint16_t*>(&x) == 0x7b7b;
@@ -632,7 +676,8 @@ void test_bad_warp_keys() {
 // --sweep: the split-count sweep only (with --auto: the planner's count only); --profile: sweep's plain calls for a profiler;
 // --warps 4|8: the 8-bit tensor-core kernel's blocks forced to that many warps in the sweep and the bench;
 // --warp-keys 16|32: ... to warps of that many keys of every tile; --batch N: the sweep's and the bench's rows
-// of batch N only; --merge-chunk 16|32: the merge's splits a round trip forced in both.
+// of batch N only; --merge-chunk 16|32: the merge's splits a round trip forced in both; --keys-on-m 1|-1: mma_keys_kernel
+// forced on / off in both; --model HQ,HKV,D: the bench's and the sweep's rows of that model only.
 int main(int argc, char** argv) {
   bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false;
   bool& sweep_auto = g_sweep_auto;
@@ -648,6 +693,15 @@ int main(int argc, char** argv) {
     if (arg == "--warp-keys" && i + 1 < argc) g_warp_keys = std::atoi(argv[++i]);
     if (arg == "--batch" && i + 1 < argc) g_batch = std::atoll(argv[++i]);
     if (arg == "--merge-chunk" && i + 1 < argc) g_merge_chunk = std::atoi(argv[++i]);
+    if (arg == "--keys-on-m" && i + 1 < argc) g_keys_on_m = std::atoi(argv[++i]);
+    if (arg == "--model" && i + 1 < argc) {
+      long long hq = 0, hkv = 0, d = 0;
+      if (std::sscanf(argv[++i], "%lld,%lld,%lld", &hq, &hkv, &d) != 3 || hkv <= 0 || hq % hkv != 0 || (d != 64 && d != 128)) {
+        std::fprintf(stderr, "--model HQ,HKV,D: HQ a multiple of HKV, D 64 or 128\n");
+        return 2;
+      }
+      g_model_hq = hq, g_model_hkv = hkv, g_model_d = d;
+    }
   }
   if (sweep_only || profile) {
     sweep(profile);

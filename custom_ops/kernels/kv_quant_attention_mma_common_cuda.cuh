@@ -1,0 +1,270 @@
+// What the two tensor-core kernels over 8-bit caches share (kv_quant_attention_mma_rows_cuda.cuh: the query
+// heads on the MMA's M side; kv_quant_attention_mma_keys_cuda.cuh: the keys on M): the shared-memory tiles
+// and their cp.async loads, the codes as 16-bit MMA operands, int8's bias, and the end of a block (its warps'
+// states merged, then written as rows or as the split's partial for merge_kernel). Include only from
+// kv_quant_attention_mma_cuda.cu (nvcc).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "decode_attention_mma_cuda.cuh"  // mma_16816, pack2, the cp.async helpers
+#include "kv_quant_attention_cuda.cuh"
+
+namespace pvt {
+namespace quant_cuda {
+namespace mma {
+
+using decode_cuda::cp_async16;
+using decode_cuda::cp_async_commit;
+using decode_cuda::cp_async_wait;
+using decode_cuda::mma_16816;
+using decode_cuda::pack2;
+using decode_cuda::prime_pipeline;
+
+template <int D>
+__host__ __device__ constexpr int stages() {
+  // ~50 KB of tiles a block with 16 keys a warp (3 blocks an SM, by registers). 4 stages at D = 128 took
+  // 0.94-1.07x the time for fp8 and 1.01-1.19x for int8 (H200, 2026-12-02, docs/QUANTIZED_CACHE.md).
+  // With 32 keys a warp ~100 KB: 2 blocks an SM, as its 208-230 registers allow anyway (held to 168 with 2
+  // stages for 3 blocks an SM, int8 ran up to 13% slower and fp8 -4% to +7%: docs/QUANTIZED_CACHE.md).
+  return D == 64 ? 4 : 3;
+}
+template <int D, int W, int KPW>
+__host__ __device__ constexpr int stage_bytes() {
+  return 2 * mma_tile_keys(W, KPW) * D + 2 * mma_tile_keys(W, KPW) * 4;  // K codes, V codes, K scales, V scales
+}
+template <int D, int W, int KPW>
+__host__ __device__ constexpr int smem_bytes() {
+  return stages<D>() * stage_bytes<D, W, KPW>();
+}
+
+// Byte offset of 16-byte chunk c of tile key `key` (rows of D codes), XOR-swizzled so that neither
+// the K reads (keys 2p, 2p + 1 x chunks 4kg + 0..3 in one quarter warp) nor the V reads (keys
+// 2t + c, t = 0..3 x chunks 2p, 2p + 1) meet in a bank at D = 128 (2-way for V at D = 64).
+template <int D>
+__device__ __forceinline__ int chunk_at(int key, int c) {
+  constexpr int CH = D / 16;
+  return key * D + 16 * (c ^ ((((key & 1) << 2) ^ (key & 6)) & (CH - 1)));
+}
+
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool pred) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = pred ? 4 : 0;  // 0: a zero, nothing read
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+#else
+  *static_cast<float*>(smem) = pred ? __ldg(static_cast<const float*>(gmem)) : 0.f;
+#endif
+}
+
+// int8 codes under float16 q are decoded with a bias: the code b as the float16 b + 1152, exactly (b ^ 0x80
+// into the mantissa of 1024, half 0x6400: 1024 + b + 128), one byte permute a pair and no subtraction (a
+// float16 subtraction a pair was 64 of the int8 loop's ~790 instructions a warp and tile). The bias is taken
+// out whole: each score gets -1152 sum(q) of its row added after the MMAs (sum over the float16 q the MMA
+// multiplies), and an extra n8 tile of O accumulates P times a column of -1152, i.e. -1152 sum(p) of its
+// row with P as the MMA rounds it, added to O at the end and every kBiasFoldTiles tiles (so O never
+// carries more than that many tiles' bias: the MMA truncates its float32 sums, about an ulp of the
+// accumulator a tile). Executed instructions -9%, time within +-2% of the subtracting kernel (H200,
+// docs/QUANTIZED_CACHE.md): the loop is bound by latency, not by issue.
+template <typename T, KvQuant kKind>
+__host__ __device__ constexpr bool biased_int8() {
+  return kKind == KvQuant::kInt8 && std::is_same_v<T, __half>;
+}
+constexpr float kInt8Bias = 1152.f;
+constexpr uint32_t kNegBiasPair = 0xE480E480u;  // float16 -1152 twice
+constexpr int kBiasFoldTiles = 64;
+
+// Codes 2i and 2i + 1 of w (bytes, the lower one first) as one register of two T values, exact (int8
+// under float16 q: each plus 1152, above).
+template <typename T, KvQuant kKind, int i>
+__device__ __forceinline__ uint32_t code_pair(uint32_t w) {
+  if constexpr (biased_int8<T, kKind>()) {
+    return __byte_perm(w ^ 0x80808080u, 0x64646464u, i == 0 ? 0x4140 : 0x4342);
+  } else if constexpr (kKind == KvQuant::kInt8) {
+    return pack2<T>(static_cast<float>(static_cast<int8_t>(w >> (16 * i))),
+                    static_cast<float>(static_cast<int8_t>(w >> (16 * i + 8))));
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if constexpr (std::is_same_v<T, __half>) {
+      // One cvt.rn.f16x2.e4m3x2 a pair on the register's half i, as CUTLASS converts (no shift of w).
+      uint32_t r;
+      if constexpr (i == 0) {
+        asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(r) : "r"(w));
+      } else {
+        asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(r) : "r"(w));
+      }
+      return r;
+    } else {
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * i)), __NV_E4M3);
+      const float2 f = __half22float2(__half2(h));
+      return pack2<T>(f.x, f.y);
+    }
+#else
+    return pack2<T>(kv_quant::fp8_e4m3_decode(static_cast<uint8_t>(w >> (16 * i))),
+                    kv_quant::fp8_e4m3_decode(static_cast<uint8_t>(w >> (16 * i + 8))));
+#endif
+  }
+}
+
+
+// The split [s0, s1) of one (entry, kv head) as tiles of mma_tile_keys(W, KPW) keys in STAGES stages of shared
+// memory: K codes, V codes (chunk_at's order), then int8's K and V scales. load(i, st) puts tile i in stage
+// st by cp.async (zeros past the split, masked by the kernels) and commits one group. Each thread copies
+// chunk column ch of keys key0 + it * (kThreads / CH); for int8, one scale (K: the first half of the threads).
+template <int D, int W, int KPW, bool kPerToken>
+struct SplitTiles {
+  static constexpr int kThreads = 32 * W, kTileKeys = mma_tile_keys(W, KPW), CH = D / 16;
+  static constexpr int kPasses = kTileKeys * CH / kThreads;      // 16-byte chunks of K (and of V) a thread copies a tile
+  static constexpr int kScalePasses = 2 * kTileKeys / kThreads;  // int8: K and V scales a thread copies a tile
+  static_assert(kThreads % CH == 0 && kTileKeys * CH % kThreads == 0 && 2 * kTileKeys % kThreads == 0, "copy shape");
+
+  uint8_t* smem;
+  const uint8_t* kb;
+  const uint8_t* vb;
+  const float* ksb;
+  const float* vsb;
+  const QuantAttentionParams& p;
+  int64_t s0, s1;
+  int ch, key0;
+
+  __device__ __forceinline__ SplitTiles(uint8_t* smem_, const QuantAttentionParams& p_, const EntryView& e, int hk,
+                                        int64_t s0_, int64_t s1_)
+      : smem(smem_),
+        kb(static_cast<const uint8_t*>(p_.attn.k) + e.row * p_.attn.k_stride[1] + hk * p_.attn.k_stride[2]),
+        vb(static_cast<const uint8_t*>(p_.attn.v) + e.row * p_.attn.v_stride[1] + hk * p_.attn.v_stride[2]),
+        ksb(p_.k_scale + e.row * p_.k_scale_stride[1] + hk * p_.k_scale_stride[2]),
+        vsb(p_.v_scale + e.row * p_.v_scale_stride[1] + hk * p_.v_scale_stride[2]),
+        p(p_),
+        s0(s0_),
+        s1(s1_),
+        ch(static_cast<int>(threadIdx.x) % CH),
+        key0(static_cast<int>(threadIdx.x) / CH) {}
+
+  __device__ __forceinline__ uint8_t* k(int st) const { return smem + st * stage_bytes<D, W, KPW>(); }
+  __device__ __forceinline__ uint8_t* v(int st) const { return k(st) + kTileKeys * D; }
+  __device__ __forceinline__ float* scale_k(int st) const { return reinterpret_cast<float*>(v(st) + kTileKeys * D); }
+  __device__ __forceinline__ float* scale_v(int st) const { return scale_k(st) + kTileKeys; }
+
+  // Tiles 0 .. STAGES - 2 in flight (empty groups past the last tile).
+  __device__ __forceinline__ void prime(int n_tiles) const {
+    auto load_tile = [&](int i, int st) { load(i, st); };
+    prime_pipeline<stages<D>()>(n_tiles, load_tile);
+  }
+  // The pipeline's step into tile i: wait until it has landed for every thread (and every warp is done with
+  // tile i - 1), then load tile i + STAGES - 1 into tile i - 1's stage (an empty group past the last tile).
+  // 32-bit counts: a cheap % STAGES.
+  __device__ __forceinline__ void step(int i, int n_tiles) const {
+    constexpr int STAGES = stages<D>();
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int next = i + STAGES - 1;
+    if (next < n_tiles) {
+      load(next, next % STAGES);
+    } else {
+      cp_async_commit();
+    }
+  }
+
+  __device__ __forceinline__ void load(int i, int st) const {
+    const int64_t t0 = s0 + static_cast<int64_t>(i) * kTileKeys, left = s1 - t0;  // keys of the tile inside the split
+#pragma unroll
+    for (int it = 0; it < kPasses; ++it) {
+      const int key = key0 + it * (kThreads / CH);
+      const bool ok = key < left;  // past the split: zeros, masked by the kernel
+      cp_async16(k(st) + chunk_at<D>(key, ch), ok ? kb + (t0 + key) * p.attn.k_stride[0] + 16 * ch : kb, ok);
+      cp_async16(v(st) + chunk_at<D>(key, ch), ok ? vb + (t0 + key) * p.attn.v_stride[0] + 16 * ch : vb, ok);
+    }
+    if constexpr (kPerToken) {
+#pragma unroll
+      for (int sp = 0; sp < kScalePasses; ++sp) {
+        const int idx = static_cast<int>(threadIdx.x) + sp * kThreads, key = idx % kTileKeys;
+        const bool ok = key < left, is_v = idx >= kTileKeys;
+        const float* src = is_v ? vsb + (t0 + key) * p.v_scale_stride[0] : ksb + (t0 + key) * p.k_scale_stride[0];
+        cp_async4((is_v ? scale_v(st) : scale_k(st)) + key, ok ? src : ksb, ok);
+      }
+    }
+    cp_async_commit();
+  }
+};
+
+// The V codes a lane feeds P V for the k16 step of keys [key0, key0 + 16) of a tile, in both kernels: keys 2t,
+// 2t + 1, 2t + 8, 2t + 9 at dims VB g .. VB g + VB - 1 (VB = D / 8), paired by key a register: for dims
+// 4j .. 4j + 3 of those, lo01(j) = [k0.d0, k1.d0, k0.d1, k1.d1] and hi01(j) = [k0.d2, k1.d2, k0.d3, k1.d3] of keys
+// 2t, 2t + 1; lo89 / hi89 the same of keys 2t + 8, 2t + 9 (code_pair then makes each pair two 16-bit values).
+template <int D>
+struct VStepCodes {
+  static constexpr int VB = D / 8;
+  uint32_t w[4][VB / 4];
+  __device__ __forceinline__ VStepCodes(const uint8_t* tile_v, int key0, int g, int t) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int key = key0 + 2 * t + (r & 1) + 8 * (r >> 1);
+      if constexpr (VB == 16) {
+        const uint4 x = *reinterpret_cast<const uint4*>(tile_v + chunk_at<D>(key, g));
+        w[r][0] = x.x, w[r][1] = x.y, w[r][2] = x.z, w[r][3] = x.w;
+      } else {
+        const uint2 x = *reinterpret_cast<const uint2*>(tile_v + chunk_at<D>(key, g >> 1) + 8 * (g & 1));
+        w[r][0] = x.x, w[r][1] = x.y;
+      }
+    }
+  }
+  __device__ __forceinline__ uint32_t lo01(int j) const { return __byte_perm(w[0][j], w[1][j], 0x5140); }
+  __device__ __forceinline__ uint32_t hi01(int j) const { return __byte_perm(w[0][j], w[1][j], 0x7362); }
+  __device__ __forceinline__ uint32_t lo89(int j) const { return __byte_perm(w[2][j], w[3][j], 0x5140); }
+  __device__ __forceinline__ uint32_t hi89(int j) const { return __byte_perm(w[2][j], w[3][j], 0x7362); }
+};
+
+// The warps' states at the end of a block, in the tiles' space once the loop is done: per warp and row (16
+// rows) the unnormalised outputs in natural dim order, the maximum (log2 units) and the sum.
+template <int D, int W>
+struct WarpStates {
+  float* o;  // [W][16][D]
+  float* m;  // [W][16]
+  float* l;  // [W][16]
+  __device__ __forceinline__ explicit WarpStates(uint8_t* smem)
+      : o(reinterpret_cast<float*>(smem)), m(o + W * kMmaHeads * D), l(m + W * kMmaHeads) {}
+};
+
+// The end of a block, after every warp has put its rows' states in `s` (and a barrier): the rows merged over
+// the warps, then written (one split: no merge kernel, 1-2 us less at B = 1 on the H200,
+// docs/QUANTIZED_CACHE.md) or left in the workspace for merge_kernel. head0: the block's first query head.
+template <typename T, int D, int W>
+__device__ __forceinline__ void finish_block(const DecodeAttentionParams& a, const Launch& l, const EntryView e, int64_t b,
+                                             int64_t head0, int rows, int split, float* ws, const WarpStates<D, W>& s) {
+  for (int idx = threadIdx.x; idx < rows * D; idx += 32 * W) {
+    const int r = idx / D, d = idx % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < W; ++w) mx = fmaxf(mx, s.m[w * kMmaHeads + r]);
+    float sum = 0.f, acc = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        const float c = exp2f(s.m[w * kMmaHeads + r] - mx);
+        sum += s.l[w * kMmaHeads + r] * c;
+        acc += s.o[(w * kMmaHeads + r) * D + d] * c;
+      }
+    }
+    if (l.mma_writes_rows()) {
+      if (e.q_row >= 0) write_head<T>(a, e, head0 + r, d, mx, sum, acc);
+    } else {
+      float* out = ws + partial_at(a, l, b, head0 + r, split);
+      out[2 + d] = acc;
+      if (d == 0) {
+        out[0] = mx;
+        out[1] = sum;
+      }
+    }
+  }
+  if (l.mma_writes_rows() && threadIdx.x == 0 && e.refused && a.error_flag) *a.error_flag = 1;
+}
+
+}  // namespace mma
+}  // namespace quant_cuda
+}  // namespace pvt
