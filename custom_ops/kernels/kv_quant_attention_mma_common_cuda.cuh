@@ -113,6 +113,18 @@ __device__ __forceinline__ uint32_t code_pair(uint32_t w) {
 }
 
 
+// int8's bias tile (the last of o's N tiles: -1152 sum(p) of each row) added into the others and cleared, as
+// both kernels do every kBiasFoldTiles warp tiles and at the end.
+template <int N>
+__device__ __forceinline__ void fold_bias_tile(float (&o)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N - 1; ++n) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[n][j] += o[N - 1][j];
+  }
+  o[N - 1][0] = o[N - 1][1] = o[N - 1][2] = o[N - 1][3] = 0.f;
+}
+
 // The split [s0, s1) of one (entry, kv head) as tiles of mma_tile_keys(W, KPW) keys in STAGES stages of shared
 // memory: K codes, V codes (chunk_at's order), then int8's K and V scales. load(i, st) puts tile i in stage
 // st by cp.async (zeros past the split, masked by the kernels) and commits one group. Each thread copies

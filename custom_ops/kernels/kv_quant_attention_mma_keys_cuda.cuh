@@ -107,14 +107,7 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
 #pragma unroll
   for (int n = 0; n < (kBiased ? MT + 1 : MT); ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   auto fold_bias = [&]() {
-    if constexpr (kBiased) {
-#pragma unroll
-      for (int n = 0; n < MT; ++n) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) o[n][j] += o[MT][j];
-      }
-      o[MT][0] = o[MT][1] = o[MT][2] = o[MT][3] = 0.f;
-    }
+    if constexpr (kBiased) fold_bias_tile(o);
   };
 
   const int kw = warp * KPW;

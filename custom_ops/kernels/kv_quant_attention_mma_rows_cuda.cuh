@@ -120,14 +120,7 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
   for (int n = 0; n < (kBiased ? NT + 1 : NT); ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   // Adds the bias tile into O's tiles and clears it.
   auto fold_bias = [&]() {
-    if constexpr (kBiased) {
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) o[n][j] += o[NT][j];
-      }
-      o[NT][0] = o[NT][1] = o[NT][2] = o[NT][3] = 0.f;
-    }
+    if constexpr (kBiased) fold_bias_tile(o);
   };
 
   const int kw = warp * KPW;  // the warp's first key in every tile
