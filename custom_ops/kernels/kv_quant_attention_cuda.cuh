@@ -81,9 +81,8 @@ constexpr int kMmaHeads = 16;
 bool mma_takes(const QuantAttentionParams& p, int device_major);
 
 // Blocks of the tensor-core kernel instance for p, in blocks of `warps` warps of `warp_keys` keys (keys on
-// M or query heads on M), resident
-// on an SM of the current device (asked once per instance; 1 where the query fails): what the split count
-// fills waves of.
+// M or query heads on M), resident on an SM of the current device (asked once per instance; 1 where the
+// query fails): what the split count fills waves of.
 int quant_mma_resident(const QuantAttentionParams& p, int warps, int warp_keys, bool keys_on_m);
 
 // Queues the tensor-core split kernel for every (split, kv head, head chunk, entry) of `l`.

@@ -1,13 +1,13 @@
 // The keys on the MMA's M side: mma_keys_kernel, the 8-bit tensor-core kernel for groups of at most 8 query
-// heads a kv head (Launch::keys_on_m; larger groups: kv_quant_attention_mma_rows_cuda.cuh). S^T = K Q^T and O^T = V^T P^T
-// on mma.m16n8k16 with 16 keys (for P V: 16 dims) as M and the query heads as N (8, the rows past the group
-// zero). mma_split_kernel puts the query heads on M, where a group of 1-8 fills at most half the 16 rows:
-// here the same codes take half the MMAs and O half the registers (D / 16 m16 tiles of 4 floats a lane
-// instead of D / 8 n8 tiles). Same tiles, split ranges, scales, int8 bias and end as mma_split_kernel.
-// A lane's S^T holds keys g and g + 8 of each m16 tile for query rows 2t and 2t + 1, so a row's maximum and
-// sum run over the lanes of one t (xor 4, 8, 16); P becomes the B operand of P V through one movmatrix a
-// register. O^T's m16 tile mt holds dims VB g + 2 mt (its rows g) and VB g + 2 mt + 1 (rows g + 8): the dims
-// each lane reads of V, so V's A fragments are mma_split_kernel's byte permutes of the same loads.
+// heads a kv head (Launch::keys_on_m; larger groups: kv_quant_attention_mma_rows_cuda.cuh). S^T = K Q^T and O^T
+// = V^T P^T on mma.m16n8k16 with 16 keys (for P V: 16 dims) as M and the query heads as N (8, the rows past the
+// group zero). mma_split_kernel puts the query heads on M, where a group of 1-8 fills at most half the 16 rows:
+// here the same codes take half the MMAs and O half the registers (D / 16 m16 tiles of 4 floats a lane instead
+// of D / 8 n8 tiles). Same tiles, split ranges, scales, int8 bias and end as mma_split_kernel. A lane's S^T
+// holds keys g and g + 8 of each m16 tile for query rows 2t and 2t + 1, so a row's maximum and sum run over the
+// lanes of one t (xor 4, 8, 16); P becomes the B operand of P V through one movmatrix a register. O^T's m16
+// tile mt holds dims VB g + 2 mt (its rows g) and VB g + 2 mt + 1 (rows g + 8): the dims each lane reads of V,
+// so V's A fragments are mma_split_kernel's byte permutes of the same loads.
 #pragma once
 
 #include "kv_quant_attention_mma_common_cuda.cuh"

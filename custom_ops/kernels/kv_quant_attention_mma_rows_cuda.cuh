@@ -1,28 +1,27 @@
-// The query heads on the MMA's M side: mma_split_kernel, the 8-bit tensor-core kernel for groups of more than
-// 8 query heads a kv head (kv_quant_attention_mma_keys_cuda.cuh takes smaller ones). As decode_attention_mma_cuda.cuh does for 16-bit caches, the query heads of one kv head (up to 16)
-// are the M side of mma.sync.m16n8k16, so each code is read and converted once for all of them (the
-// CUDA-core kernel converts and multiplies every code once per query head: 0.27-0.45x cuDNN's fp16
-// speed for GQA 32/8, docs/QUANTIZED_CACHE.md). Block = W warps (4, or 8 where forced), one (entry, kv
-// head, chunk of 16 query heads, split of the keys); tiles of KPW W keys' codes (KPW = 16, or 32 with 4
-// warps: the plan's choose_block_shape, kv_quant_attention_plan.h) and their int8
-// scales go to shared memory by cp.async, 3 or 4 stages deep; warp w takes keys [KPW w, KPW w + KPW) of
-// every tile with its own online softmax (KPW / 8 independent Q K^T chains); the warps merge at the end,
-// and the block writes its rows (one split) or the split's partial state to the workspace
-// (kv_quant_attention_cuda.cuh) for merge_kernel.
-//
-// Codes become 16-bit MMA operands in registers, straight from shared memory (ldmatrix moves 16-bit
-// elements only), in orders that need no shuffles:
-//  * S = Q K^T: the dims of k16 step ks, lane quad t, are 64 (ks / 4) + 16 t + 4 (ks % 4) + 0..3 for
-//    Q and K alike (a permutation of the dot product's terms), so one 16-byte load of a key gives a
-//    lane four steps' B fragments.
-//  * O += P V: the B fragment pairs two keys at one dim. A lane reads D/8 codes of each of its keys
-//    2t, 2t+1, 2t+8, 2t+9 and interleaves pairs with byte permutes; column n of n8 tile dn is dim
-//    (D/8) n + dn, undone where the output is written.
-// Scales never touch the codes: fp8's per-head K scale joins the softmax scale and its V scale the
-// output; int8's per-token K scale multiplies the float32 scores column-wise after the MMA, its
-// per-token V scale multiplies P before P V, relative to U, the largest V scale the warp has seen
-// (a running maximum that rescales O like the softmax maximum does), so P stays in [0, 1]: no 16-bit
-// overflow whatever the scales. P is rounded to 16 bits as in the 16-bit kernel; all else is float32.
+// The query heads on the MMA's M side: mma_split_kernel, the 8-bit tensor-core kernel for groups of more than 8
+// query heads a kv head (kv_quant_attention_mma_keys_cuda.cuh takes smaller ones). As
+// decode_attention_mma_cuda.cuh does for 16-bit caches, the query heads of one kv head (up to 16) are the M
+// side of mma.sync.m16n8k16, so each code is read and converted once for all of them (the CUDA-core kernel
+// converts and multiplies every code once per query head: 0.27-0.45x cuDNN's fp16 speed for GQA 32/8,
+// docs/QUANTIZED_CACHE.md). Block = W warps (4, or 8 where forced), one (entry, kv head, chunk of 16 query
+// heads, split of the keys); tiles of KPW W keys' codes (KPW = 16, or 32 with 4 warps: the plan's
+// choose_block_shape, kv_quant_attention_plan.h) and their int8 scales go to shared memory by cp.async, 3 or 4
+// stages deep; warp w takes keys [KPW w, KPW w + KPW) of every tile with its own online softmax (KPW / 8
+// independent Q K^T chains); the warps merge at the end, and the block writes its rows (one split) or the
+// split's partial state to the workspace (kv_quant_attention_cuda.cuh) for merge_kernel. Codes become 16-bit
+// MMA operands in registers, straight from shared memory (ldmatrix moves 16-bit elements only), in orders that
+// need no shuffles:
+//  * S = Q K^T: the dims of k16 step ks, lane quad t, are 64 (ks / 4) + 16 t + 4 (ks % 4) + 0..3 for Q and K
+//    alike (a permutation of the dot product's terms), so one 16-byte load of a key gives a lane four steps' B
+//    fragments.
+//  * O += P V: the B fragment pairs two keys at one dim. A lane reads D/8 codes of each of its keys 2t, 2t+1,
+//    2t+8, 2t+9 and interleaves pairs with byte permutes; column n of n8 tile dn is dim (D/8) n + dn, undone
+//    where the output is written.
+// Scales never touch the codes: fp8's per-head K scale joins the softmax scale and its V scale the output;
+// int8's per-token K scale multiplies the float32 scores column-wise after the MMA, its per-token V scale
+// multiplies P before P V, relative to U, the largest V scale the warp has seen (a running maximum that
+// rescales O like the softmax maximum does), so P stays in [0, 1]: no 16-bit overflow whatever the scales. P is
+// rounded to 16 bits as in the 16-bit kernel; all else is float32.
 #pragma once
 
 #include "kv_quant_attention_mma_common_cuda.cuh"

@@ -49,9 +49,9 @@ struct BlockShape {
 BlockShape choose_block_shape(bool int8, int64_t head_dim, int64_t blocks, int sms, int forced_warps, int forced_keys);
 
 // Which tensor-core kernel: the keys on the MMA's M side (mma_keys_kernel) for groups of at most 8 query heads
-// a kv head at head_dim 128, and for int8 at 64; else the query heads on M (mma_split_kernel). `forced` (QuantAttentionParams::keys_on_m): 1 keys
-// on M, -1 never, 0 the rule; check_keys_on_m refuses any other value and 1 with a group over 8
-// (kInvalidArgument, naming keys_on_m).
+// a kv head at head_dim 128, and for int8 at 64; else the query heads on M (mma_split_kernel). `forced`
+// (QuantAttentionParams::keys_on_m): 1 keys on M, -1 never, 0 the rule; check_keys_on_m refuses any other value
+// and 1 with a group over 8 (kInvalidArgument, naming keys_on_m).
 Status check_keys_on_m(int forced, int64_t group);
 bool choose_keys_on_m(bool int8, int64_t group, int64_t head_dim, int forced);
 
