@@ -24,7 +24,7 @@ __device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
   return r;
 #else
-  return x;
+  return x;  // never run: the tensor-core kernels need compute capability 8.0 (mma_takes), as mma_16816 does
 #endif
 }
 
