@@ -125,6 +125,17 @@ __device__ __forceinline__ void fold_bias_tile(float (&o)[N][4]) {
   o[N - 1][0] = o[N - 1][1] = o[N - 1][2] = o[N - 1][3] = 0.f;
 }
 
+// int8's running V-scale maximum U (P is multiplied by a key's V scale over U, so it stays in [0, 1]): where the
+// warp's largest V scale of this tile, vmax, exceeds U, U grows to it, inv_u = 1 / U, and cv becomes O's factor
+// U_old / U_new (left at 1 otherwise). Warp-uniform in both kernels; rare past the first tiles.
+__device__ __forceinline__ void grow_v_scale(float vmax, float& U, float& inv_u, float& cv) {
+  if (vmax > U) {
+    inv_u = 1.f / vmax;
+    cv = U * inv_u;
+    U = vmax;
+  }
+}
+
 // The split [s0, s1) of one (entry, kv head) as tiles of mma_tile_keys(W, KPW) keys in STAGES stages of shared
 // memory: K codes, V codes (chunk_at's order), then int8's K and V scales. load(i, st) puts tile i in stage
 // st by cp.async (zeros past the split, masked by the kernels) and commits one group. Each thread copies

@@ -165,11 +165,7 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
           pf[mk][h] = tiles.scale_v(st)[kw + 16 * mk + g + 8 * h];
         }
       }
-      if (vmax > U) {  // warp-uniform
-        inv_u = 1.f / vmax;
-        cv = U * inv_u;
-        U = vmax;
-      }
+      grow_v_scale(vmax, U, inv_u, cv);
 #pragma unroll
       for (int mk = 0; mk < MK; ++mk) pf[mk][0] *= inv_u, pf[mk][1] *= inv_u;
     }

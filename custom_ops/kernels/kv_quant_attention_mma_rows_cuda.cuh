@@ -174,11 +174,7 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
       }
       vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 1));
       vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 2));  // the warp's KPW keys
-      if (vmax > U) {  // warp-uniform (every quad holds the same keys' scales); rare past the first tiles
-        inv_u = 1.f / vmax;
-        cv = U * inv_u;
-        U = vmax;
-      }
+      grow_v_scale(vmax, U, inv_u, cv);  // warp-uniform: every quad holds the same keys' scales
 #pragma unroll
       for (int nt = 0; nt < NK; ++nt) pf[nt][0] *= inv_u, pf[nt][1] *= inv_u;
     }
