@@ -7,7 +7,9 @@
 # M forced; models = the same two on Qwen2-7B (28/4, a group of 7) and on head_dim 64 (32/8, 32/32); shapes = the
 # keys on M with 16 and with 32 keys a warp forced; cudnn = cuDNN on the float16 caches (its own process);
 # loops = the torch extension built here, the 8-bit loop accuracy (256 greedy steps) and the Llama-shaped loop's
-# fp8 and int8 rows. Logs: $OUT/logs.tgz.
+# fp8 and int8 rows; floor = tests/gpu/floor_read (PRE/floor_read: the bare read of each B = 1 row's bytes, a
+# graph's own launch); scales = the bench with int8's scales in head-major order (--scale-tokens-inner); bench64 = bench and cudnn with at least 64 calls a graph; iters = the B = 1 bench and cuDNN's B = 1 rows with 8 and with 64 calls a graph; ncu = the
+# full Nsight Compute sections of the keys kernel's --profile calls. Logs: $OUT/logs.tgz.
 set -uo pipefail
 P=$1
 STEPS=${2:-checks bench}
@@ -32,6 +34,22 @@ for step in $STEPS; do
       run bench_keys_k32 100 "$P/test_kv_quant_cuda" --bench-only --keys-on-m 1 --warp-keys 32 ;;
     cudnn)
       run cudnn 80 python3 tests/gpu/bench_quant_cudnn.py ;;
+    floor)
+      run floor 60 "$P/floor_read" ;;
+    iters)
+      for n in 8 64; do
+        run "bench_b1_iters$n" 60 "$P/test_kv_quant_cuda" --bench-only --batch 1 --min-iters $n
+        run "cudnn_b1_iters$n" 60 python3 tests/gpu/bench_quant_cudnn.py --batch 1 --min-iters $n
+      done
+      ;;
+    bench64)
+      run bench_plan_iters64 200 "$P/test_kv_quant_cuda" --bench-only --min-iters 64
+      run cudnn_iters64 150 python3 tests/gpu/bench_quant_cudnn.py --min-iters 64 ;;
+    scales)
+      run bench_scales_inner 200 "$P/test_kv_quant_cuda" --bench-only --min-iters 64 --scale-tokens-inner ;;
+    ncu)
+      run ncu_full 150 ncu --clock-control none --kernel-name regex:mma_keys_kernel --section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --section Occupancy \
+        "$P/test_kv_quant_cuda" --profile ;;
     loops)
       export MAX_JOBS=16 PADDLE_VTENSOR_TORCH_BUILD=${PADDLE_VTENSOR_TORCH_BUILD:-/tmp/pvt_torch}
       run ext_build 330 python3 tests/gpu/build.py
@@ -41,5 +59,5 @@ for step in $STEPS; do
       done ;;
   esac
 done
-grep -h "^BENCH\|^CUDNN" "$O"/bench*.log "$O"/cudnn.log 2>/dev/null | cut -c1-200
+grep -h "^BENCH\|^CUDNN\|^FLOOR\|^PAIR\|^EMPTY\|^GRAPH\|^SWEEP" "$O"/bench*.log "$O"/cudnn*.log "$O"/floor.log "$O"/sweep*.log 2>/dev/null | cut -c1-220
 finish

@@ -381,6 +381,8 @@ pvt::DecodeAttentionParams bench_attn(int64_t B, int64_t Hkv, int64_t S, void* q
   return a;
 }
 
+bool g_scale_tokens_inner = false;  // --scale-tokens-inner: the bench's int8 scales as [B][Hkv][S] (set_bench_kind)
+
 // The 8-bit kind of the benchmark's call (kind 0: fp8 with per-head scales fp8_scale; 1: int8 with the
 // per-token scales ks / vs) over the codes k / v.
 void set_bench_kind(pvt::QuantAttentionParams* p, int kind, const float* fp8_scale, void* k, void* v, void* ks,
@@ -390,7 +392,12 @@ void set_bench_kind(pvt::QuantAttentionParams* p, int kind, const float* fp8_sca
     p->k_scale = p->v_scale = fp8_scale;
     p->k_scale_stride[2] = p->v_scale_stride[2] = 1;
   } else {
-    const int64_t st[3] = {p->attn.batch * p->attn.kv_heads, p->attn.kv_heads, 1};
+    // The caches' own order, [S][B][Hkv] (a token's scales of every head together), or with --scale-tokens-inner
+    // [B][Hkv][S] (a head's scales of consecutive tokens together: what the scale loads would cost if they were
+    // not one 32-byte sector a token and head; not a layout the caches have).
+    const int64_t S = p->attn.kv_len, B = p->attn.batch, H = p->attn.kv_heads;
+    int64_t st[3] = {B * H, H, 1};
+    if (g_scale_tokens_inner) st[0] = 1, st[1] = H * S, st[2] = S;
     std::copy(st, st + 3, p->k_scale_stride), std::copy(st, st + 3, p->v_scale_stride);
     p->k_scale = static_cast<float*>(ks), p->v_scale = static_cast<float*>(vs);
   }
@@ -406,6 +413,8 @@ int g_warp_keys = 0;        // --warp-keys N: ... of warps taking N keys of ever
 int64_t g_batch = 0;        // --batch N: the sweep's and the bench's rows of batch N only
 int g_merge_chunk = 0;      // --merge-chunk N: DecodeOptions::merge_chunk in the sweep and the bench
 int g_keys_on_m = 0;        // --keys-on-m N: QuantAttentionParams::keys_on_m in the sweep and the bench
+int64_t g_min_iters = 8;    // --min-iters N: at least N calls a graph in the sweep and the bench (the graph's
+                            // own launch is shared by fewer calls the fewer there are)
 
 void sweep(bool profile) {
   cudaStream_t s;
@@ -440,7 +449,7 @@ void sweep(bool profile) {
     half_fill_kernel<<<64, 256>>>(q.p, q.n, 9);
     Dev<float> fp8_scale(Hkv);
     fp8_scale.put(std::vector<float>(Hkv, 0.01f));
-    const int iters = static_cast<int>(std::max<int64_t>(8, std::min<int64_t>(100, int64_t(2e9 / (2 * elems)))));
+    const int iters = static_cast<int>(std::max<int64_t>(g_min_iters, std::min<int64_t>(100, int64_t(2e9 / (2 * elems)))));
     for (int kind = 0; kind < 2; ++kind) {
       std::string line = "SWEEP " + bench_model_name(Hkv) + " B" + std::to_string(B) + " S" +
                          std::to_string(S) + (kind == 0 ? " fp8" : " int8");
@@ -534,7 +543,7 @@ void bench() {
         const size_t ws16 = pvt::decode_attention_cuda_workspace_bytes(a);
         Dev<uint8_t> w16(ws16);
         a.workspace = w16.p, a.workspace_bytes = ws16;
-        const int iters = static_cast<int>(std::max<int64_t>(8, std::min<int64_t>(100, int64_t(2e9 / f16_bytes))));
+        const int iters = static_cast<int>(std::max<int64_t>(g_min_iters, std::min<int64_t>(100, int64_t(2e9 / f16_bytes))));
         const float t16 = graph_us([&](int i, cudaStream_t st) {
           pvt::DecodeAttentionParams c = a;
           c.k = k16[i], c.v = v16[i];
@@ -677,7 +686,9 @@ void test_bad_warp_keys() {
 // --warps 4|8: the 8-bit tensor-core kernel's blocks forced to that many warps in the sweep and the bench;
 // --warp-keys 16|32: ... to warps of that many keys of every tile; --batch N: the sweep's and the bench's rows
 // of batch N only; --merge-chunk 16|32: the merge's splits a round trip forced in both; --keys-on-m 1|-1: mma_keys_kernel
-// forced on / off in both; --model HQ,HKV,D: the bench's and the sweep's rows of that model only.
+// forced on / off in both; --model HQ,HKV,D: the bench's and the sweep's rows of that model only; --min-iters N:
+// at least N calls captured a graph (default 8) in both; --scale-tokens-inner: int8's scales in another order in both
+// (set_bench_kind).
 int main(int argc, char** argv) {
   bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false;
   bool& sweep_auto = g_sweep_auto;
@@ -692,6 +703,8 @@ int main(int argc, char** argv) {
     if (arg == "--warps" && i + 1 < argc) g_warps = std::atoi(argv[++i]);
     if (arg == "--warp-keys" && i + 1 < argc) g_warp_keys = std::atoi(argv[++i]);
     if (arg == "--batch" && i + 1 < argc) g_batch = std::atoll(argv[++i]);
+    g_scale_tokens_inner = g_scale_tokens_inner || arg == "--scale-tokens-inner";
+    if (arg == "--min-iters" && i + 1 < argc) g_min_iters = std::max<int64_t>(1, std::atoll(argv[++i]));
     if (arg == "--merge-chunk" && i + 1 < argc) g_merge_chunk = std::atoi(argv[++i]);
     if (arg == "--keys-on-m" && i + 1 < argc) g_keys_on_m = std::atoi(argv[++i]);
     if (arg == "--model" && i + 1 < argc) {
