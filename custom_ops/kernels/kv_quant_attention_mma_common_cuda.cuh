@@ -139,35 +139,58 @@ __device__ __forceinline__ void grow_v_scale(float vmax, float& U, float& inv_u,
 // The split [s0, s1) of one (entry, kv head) as tiles of mma_tile_keys(W, KPW) keys in STAGES stages of shared
 // memory: K codes, V codes (chunk_at's order), then int8's K and V scales. load(i, st) puts tile i in stage
 // st by cp.async (zeros past the split, masked by the kernels) and commits one group. Each thread copies
-// chunk column ch of keys key0 + it * (kThreads / CH); for int8, one scale (K: the first half of the threads).
+// chunk column ch of keys key0 + it * kKeysPerPass; for int8, kScalePasses scales (K: the first half of the
+// block's scale slots). Its addresses differ by constant steps, computed once here, and a whole tile (every
+// tile but a split's last) is copied without a per-key condition: with the addresses worked out per copy
+// from the params, integer work was a third of the int8 loop's instructions (SASS, H200; the loop is bound
+// by instruction issue, docs/QUANTIZED_CACHE.md).
 template <int D, int W, int KPW, bool kPerToken>
 struct SplitTiles {
   static constexpr int kThreads = 32 * W, kTileKeys = mma_tile_keys(W, KPW), CH = D / 16;
   static constexpr int kPasses = kTileKeys * CH / kThreads;      // 16-byte chunks of K (and of V) a thread copies a tile
+  static constexpr int kKeysPerPass = kThreads / CH;
   static constexpr int kScalePasses = 2 * kTileKeys / kThreads;  // int8: K and V scales a thread copies a tile
   static_assert(kThreads % CH == 0 && kTileKeys * CH % kThreads == 0 && 2 * kTileKeys % kThreads == 0, "copy shape");
+  static_assert(kKeysPerPass % 8 == 0, "chunk_at's swizzle the same for every pass of a thread");
 
   uint8_t* smem;
-  const uint8_t* kb;
+  const uint8_t* kb;  // key s0 of this (entry, kv head): what a copy of nothing points at
   const uint8_t* vb;
-  const float* ksb;
+  const float* ksb;   // the entry's and kv head's K scales (key 0; fp8: its one scale)
   const float* vsb;
-  const QuantAttentionParams& p;
-  int64_t s0, s1;
-  int ch, key0;
+  const uint8_t* kp;  // this thread's first chunk of tile 0
+  const uint8_t* vp;
+  int64_t k_pass, v_pass;  // bytes between a thread's chunks of one tile: kKeysPerPass keys
+  const float* sp[kPerToken ? kScalePasses : 1];  // int8: this thread's scale of tile 0, each pass
+  int64_t s_tile[kPerToken ? kScalePasses : 1];   // ... and the floats between tiles
+  int64_t n;          // keys of the split
+  int chunk0;         // this thread's first chunk in a stage (its key0 and column)
 
-  __device__ __forceinline__ SplitTiles(uint8_t* smem_, const QuantAttentionParams& p_, const EntryView& e, int hk,
-                                        int64_t s0_, int64_t s1_)
+  __device__ __forceinline__ SplitTiles(uint8_t* smem_, const QuantAttentionParams& p, const EntryView& e, int hk,
+                                        int64_t s0, int64_t s1)
       : smem(smem_),
-        kb(static_cast<const uint8_t*>(p_.attn.k) + e.row * p_.attn.k_stride[1] + hk * p_.attn.k_stride[2]),
-        vb(static_cast<const uint8_t*>(p_.attn.v) + e.row * p_.attn.v_stride[1] + hk * p_.attn.v_stride[2]),
-        ksb(p_.k_scale + e.row * p_.k_scale_stride[1] + hk * p_.k_scale_stride[2]),
-        vsb(p_.v_scale + e.row * p_.v_scale_stride[1] + hk * p_.v_scale_stride[2]),
-        p(p_),
-        s0(s0_),
-        s1(s1_),
-        ch(static_cast<int>(threadIdx.x) % CH),
-        key0(static_cast<int>(threadIdx.x) / CH) {}
+        kb(static_cast<const uint8_t*>(p.attn.k) + e.row * p.attn.k_stride[1] + hk * p.attn.k_stride[2] + s0 * p.attn.k_stride[0]),
+        vb(static_cast<const uint8_t*>(p.attn.v) + e.row * p.attn.v_stride[1] + hk * p.attn.v_stride[2] + s0 * p.attn.v_stride[0]),
+        ksb(p.k_scale + e.row * p.k_scale_stride[1] + hk * p.k_scale_stride[2]),
+        vsb(p.v_scale + e.row * p.v_scale_stride[1] + hk * p.v_scale_stride[2]),
+        n(s1 - s0) {
+    const int ch = static_cast<int>(threadIdx.x) % CH, key0 = static_cast<int>(threadIdx.x) / CH;
+    kp = kb + key0 * p.attn.k_stride[0] + 16 * ch;
+    vp = vb + key0 * p.attn.v_stride[0] + 16 * ch;
+    k_pass = kKeysPerPass * p.attn.k_stride[0];
+    v_pass = kKeysPerPass * p.attn.v_stride[0];
+    chunk0 = chunk_at<D>(key0, ch);
+    if constexpr (kPerToken) {
+#pragma unroll
+      for (int pass = 0; pass < kScalePasses; ++pass) {
+        const int idx = static_cast<int>(threadIdx.x) + pass * kThreads, key = idx % kTileKeys;
+        const bool is_v = idx >= kTileKeys;
+        const int64_t stride = is_v ? p.v_scale_stride[0] : p.k_scale_stride[0];
+        sp[pass] = (is_v ? vsb : ksb) + (s0 + key) * stride;
+        s_tile[pass] = kTileKeys * stride;
+      }
+    }
+  }
 
   __device__ __forceinline__ uint8_t* k(int st) const { return smem + st * stage_bytes<D, W, KPW>(); }
   __device__ __forceinline__ uint8_t* v(int st) const { return k(st) + kTileKeys * D; }
@@ -195,21 +218,32 @@ struct SplitTiles {
   }
 
   __device__ __forceinline__ void load(int i, int st) const {
-    const int64_t t0 = s0 + static_cast<int64_t>(i) * kTileKeys, left = s1 - t0;  // keys of the tile inside the split
+    const int64_t left = n - static_cast<int64_t>(i) * kTileKeys;  // keys of the tile inside the split
+    const uint8_t* kt = kp + static_cast<int64_t>(i) * (kPasses * k_pass);
+    const uint8_t* vt = vp + static_cast<int64_t>(i) * (kPasses * v_pass);
+    uint8_t* const sk = k(st) + chunk0;
+    uint8_t* const sv = v(st) + chunk0;
+    if (left >= kTileKeys) {
 #pragma unroll
-    for (int it = 0; it < kPasses; ++it) {
-      const int key = key0 + it * (kThreads / CH);
-      const bool ok = key < left;  // past the split: zeros, masked by the kernel
-      cp_async16(k(st) + chunk_at<D>(key, ch), ok ? kb + (t0 + key) * p.attn.k_stride[0] + 16 * ch : kb, ok);
-      cp_async16(v(st) + chunk_at<D>(key, ch), ok ? vb + (t0 + key) * p.attn.v_stride[0] + 16 * ch : vb, ok);
+      for (int it = 0; it < kPasses; ++it) {
+        cp_async16(sk + it * kKeysPerPass * D, kt + it * k_pass, true);
+        cp_async16(sv + it * kKeysPerPass * D, vt + it * v_pass, true);
+      }
+    } else {
+      const int key0 = static_cast<int>(threadIdx.x) / CH;
+#pragma unroll
+      for (int it = 0; it < kPasses; ++it) {
+        const bool ok = key0 + it * kKeysPerPass < left;  // past the split: zeros, masked by the kernel
+        cp_async16(sk + it * kKeysPerPass * D, ok ? kt + it * k_pass : kb, ok);
+        cp_async16(sv + it * kKeysPerPass * D, ok ? vt + it * v_pass : vb, ok);
+      }
     }
     if constexpr (kPerToken) {
 #pragma unroll
-      for (int sp = 0; sp < kScalePasses; ++sp) {
-        const int idx = static_cast<int>(threadIdx.x) + sp * kThreads, key = idx % kTileKeys;
-        const bool ok = key < left, is_v = idx >= kTileKeys;
-        const float* src = is_v ? vsb + (t0 + key) * p.v_scale_stride[0] : ksb + (t0 + key) * p.k_scale_stride[0];
-        cp_async4((is_v ? scale_v(st) : scale_k(st)) + key, ok ? src : ksb, ok);
+      for (int pass = 0; pass < kScalePasses; ++pass) {
+        const int idx = static_cast<int>(threadIdx.x) + pass * kThreads, key = idx % kTileKeys;
+        const bool ok = key < left;
+        cp_async4((idx >= kTileKeys ? scale_v(st) : scale_k(st)) + key, ok ? sp[pass] + i * s_tile[pass] : ksb, ok);
       }
     }
     cp_async_commit();

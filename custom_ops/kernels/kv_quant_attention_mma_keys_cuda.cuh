@@ -36,6 +36,12 @@ __host__ __device__ constexpr int keys_min_blocks() {
   return (kKind == KvQuant::kInt8 ? 384 : 512) / (32 * W);
 }
 
+// How far (log2 units) a score may pass its row's running maximum m before m moves (FlashAttention-4's
+// conditional rescale): P = exp2(x - m) stays at most 256, which float16 and bfloat16 hold with their full
+// precision, and O and l accumulate in float32; the shuffles of a row maximum and O's rescale then run only where
+// some score passes it (a split's first tile, then seldom).
+constexpr float kLazyLog2 = 8.f;
+
 template <typename T, KvQuant kKind, int D, int W, int KPW>
 __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_kernel(const QuantAttentionParams p, const Launch l, float* ws) {
   constexpr int KS = D / 16, MT = D / 16, VB = D / 8, STAGES = stages<D>();
@@ -118,19 +124,26 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
     const int visible = ahead <= 0 ? 0 : ahead >= KPW ? KPW : static_cast<int>(ahead);
     if (visible == 0) continue;
 
-    // int8: the warp's largest V scale, every lane reading all KPW (broadcasts, no shuffles), early.
-    float vmax = 0.f;
+    // Per key (this lane's keys g and g + 8 of each m16 tile): the softmax scale (times int8's K scale) and P's
+    // factor (int8's V scale, over U below), loaded before the MMAs so that their latency is hidden.
+    float kf[MK][2], pf[MK][2], cv = 1.f;
+#pragma unroll
+    for (int mk = 0; mk < MK; ++mk) kf[mk][0] = kf[mk][1] = scale2, pf[mk][0] = pf[mk][1] = 1.f;
     if constexpr (kPerToken) {
 #pragma unroll
-      for (int q4 = 0; q4 < KPW / 4; ++q4) {
-        const float4 v4 = *reinterpret_cast<const float4*>(tiles.scale_v(st) + kw + 4 * q4);
-        vmax = fmaxf(vmax, fmaxf(fmaxf(v4.x, v4.y), fmaxf(v4.z, v4.w)));
+      for (int mk = 0; mk < MK; ++mk) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          kf[mk][h] = scale2 * tiles.scale_k(st)[kw + 16 * mk + g + 8 * h];
+          pf[mk][h] = tiles.scale_v(st)[kw + 16 * mk + g + 8 * h];
+        }
       }
     }
-    // S^T = K Q^T: m16 tile mk holds keys kw + 16 mk + g (c0, c1) and + 8 (c2, c3), rows 2t, 2t + 1.
+    // S^T = K Q^T: m16 tile mk holds keys kw + 16 mk + g (c0, c1) and + 8 (c2, c3), rows 2t, 2t + 1. Biased int8:
+    // the accumulators start at -1152 sum(q) of their row, so the MMAs add the bias's correction.
     float s[MK][4];
 #pragma unroll
-    for (int mk = 0; mk < MK; ++mk) s[mk][0] = s[mk][1] = s[mk][2] = s[mk][3] = 0.f;
+    for (int mk = 0; mk < MK; ++mk) s[mk][0] = s[mk][2] = s_bias[0], s[mk][1] = s[mk][3] = s_bias[1];
 #pragma unroll
     for (int kg = 0; kg < D / 64; ++kg) {
       uint4 wa[MK], wb[MK];
@@ -151,56 +164,62 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
         }
       }
     }
-    // Per key (this lane's keys g and g + 8 of each m16 tile): the softmax scale (times int8's K scale)
-    // and P's factor (int8's V scale over U).
-    float kf[MK][2], pf[MK][2], cv = 1.f;
+    if constexpr (kPerToken) {  // int8: the warp's largest V scale of the tile (lanes of one t hold every key)
+      float vmax = 0.f;
 #pragma unroll
-    for (int mk = 0; mk < MK; ++mk) kf[mk][0] = kf[mk][1] = scale2, pf[mk][0] = pf[mk][1] = 1.f;
-    if constexpr (kPerToken) {
-#pragma unroll
-      for (int mk = 0; mk < MK; ++mk) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          kf[mk][h] = scale2 * tiles.scale_k(st)[kw + 16 * mk + g + 8 * h];
-          pf[mk][h] = tiles.scale_v(st)[kw + 16 * mk + g + 8 * h];
-        }
-      }
+      for (int mk = 0; mk < MK; ++mk) vmax = fmaxf(vmax, fmaxf(pf[mk][0], pf[mk][1]));
+      vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 4));
+      vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 8));
+      vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 16));
       grow_v_scale(vmax, U, inv_u, cv);
 #pragma unroll
       for (int mk = 0; mk < MK; ++mk) pf[mk][0] *= inv_u, pf[mk][1] *= inv_u;
     }
-    float corr[2];
+    // Scores in log2 units; past the split's end -inf (a warp-uniform test: only a split's last tile has any).
+    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int jr = 0; jr < 2; ++jr) {
-      float mx = -INFINITY;
+    for (int mk = 0; mk < MK; ++mk) {
 #pragma unroll
-      for (int mk = 0; mk < MK; ++mk) {
+      for (int h = 0; h < 2; ++h) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        for (int jr = 0; jr < 2; ++jr) {
           float& x = s[mk][2 * h + jr];
-          if constexpr (kBiased) x += s_bias[jr];
-          x = 16 * mk + g + 8 * h < visible ? x * kf[mk][h] : -INFINITY;
-          mx = fmaxf(mx, x);
+          x *= kf[mk][h];
+          if (visible < KPW && 16 * mk + g + 8 * h >= visible) x = -INFINITY;
+          mx[jr] = fmaxf(mx[jr], x);
         }
       }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));  // the lanes of one t share its rows
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-      const float m_new = fmaxf(m[jr], mx);
-      const float c = m_new == -INFINITY ? 1.f : exp2f(m[jr] - m_new);
+    }
+    // The rows' maxima move only where some score passes its row's m by more than kLazyLog2 (the first tile, then
+    // rarely): otherwise P = exp2(x - m) <= 2^kLazyLog2 against the same m, no shuffles and O not rescaled.
+    float corr[2] = {cv, cv};
+    if (__any_sync(0xffffffffu, mx[0] > m[0] + kLazyLog2 || mx[1] > m[1] + kLazyLog2)) {
+#pragma unroll
+      for (int jr = 0; jr < 2; ++jr) {
+        float r = mx[jr];
+        r = fmaxf(r, __shfl_xor_sync(0xffffffffu, r, 4));  // the lanes of one t share its rows
+        r = fmaxf(r, __shfl_xor_sync(0xffffffffu, r, 8));
+        r = fmaxf(r, __shfl_xor_sync(0xffffffffu, r, 16));
+        const float m_new = fmaxf(m[jr], r);
+        const float c = m_new == -INFINITY ? 1.f : exp2f(m[jr] - m_new);
+        lsum[jr] *= c;
+        m[jr] = m_new;
+        corr[jr] = c * cv;
+      }
+    }
+#pragma unroll
+    for (int jr = 0; jr < 2; ++jr) {
       float sum = 0.f;
 #pragma unroll
       for (int mk = 0; mk < MK; ++mk) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float& x = s[mk][2 * h + jr];
-          x = m_new == -INFINITY ? 0.f : exp2f(x - m_new);
+          x = m[jr] == -INFINITY ? 0.f : exp2f(x - m[jr]);
           sum += x;
         }
       }
-      lsum[jr] = lsum[jr] * c + sum;  // without V scales
-      m[jr] = m_new;
-      corr[jr] = c * cv;
+      lsum[jr] += sum;  // without V scales
     }
     if (corr[0] != 1.f || corr[1] != 1.f) {
 #pragma unroll

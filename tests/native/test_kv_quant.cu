@@ -145,6 +145,8 @@ struct AttnCase {
   int warps = 0;       // > 0: DecodeOptions::mma_warps (the tensor-core kernel's blocks of 4 or 8 warps)
   int warp_keys = 0;   // > 0: QuantAttentionParams::warp_keys (16 or 32 keys a warp of every tile)
   int keys_on_m = 0;   // QuantAttentionParams::keys_on_m (1: mma_keys_kernel forced; -1: mma_split_kernel)
+  bool rising = false;  // seq-major only: K grows along the keys (int8: its scales; fp8: its codes' exponents), so
+                        // a row's maximum keeps moving past later tiles (the keys kernel's conditional rescale)
 };
 
 // Whether quant_attention_cuda takes the tensor-core kernel for c (kv_quant_attention_cuda.cuh's
@@ -177,6 +179,16 @@ void test_attention(const AttnCase& c) {
   std::vector<float> ks(per_token ? S * rows * Hkv : Hkv), vs(ks.size());
   for (auto& x : ks) x = per_token ? pos(rng) : pos(rng) * 0.2f;
   for (auto& x : vs) x = pos(rng) * (per_token ? 1.f : 0.2f);
+  if (c.rising) {  // token t of [S, rows, Hkv, D] codes / [S, rows, Hkv] scales
+    if (per_token) {
+      for (size_t i = 0; i < ks.size(); ++i) ks[i] *= 1.f + 8.f * static_cast<float>(i / (rows * Hkv)) / S;
+    } else {
+      for (size_t i = 0; i < k.size(); ++i) {  // exponent field 1 .. 14 (no NaN code): 2^-6 .. 2^7 along the keys
+        const int e = 1 + static_cast<int>(13 * static_cast<int64_t>(i / (rows * Hkv * D)) / S);
+        k[i] = static_cast<uint8_t>((k[i] & 0x87) | (e << 3));
+      }
+    }
+  }
   std::vector<float> q(B * Hq * D);
   for (auto& x : q) x = uni(rng) * 4.f;
   const auto qbytes = as_bytes(q, c.t);
@@ -209,7 +221,8 @@ void test_attention(const AttnCase& c) {
                            (c.layout == kBatchMajor ? ".batch_major" : c.layout == kHeadMajor ? ".head_major" : "") +
                            (c.splits > 0 ? ".splits" + std::to_string(c.splits) : "") +
                            (c.warps > 0 ? ".w" + std::to_string(c.warps) : "") +
-                           (c.warp_keys > 0 ? ".k" + std::to_string(c.warp_keys) : "") + (c.keys_on_m == 1 ? ".keys_on_m" : c.keys_on_m == -1 ? ".heads_on_m" : "");
+                           (c.warp_keys > 0 ? ".k" + std::to_string(c.warp_keys) : "") + (c.keys_on_m == 1 ? ".keys_on_m" : c.keys_on_m == -1 ? ".heads_on_m" : "") +
+                           (c.rising ? ".rising" : "");
   pvt::DecodeOptions opts;
   opts.splits = c.splits;
   opts.mma_warps = c.warps;
@@ -623,6 +636,15 @@ void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> type
     for (int km : {-1, 1}) {
       test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 16, km});
       test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 32, km});
+    }
+    // Scores that keep growing along the keys: a row's maximum moves past later tiles of one long split, so O and
+    // l are rescaled mid-split (the keys kernel skips that where no score passes the maximum by 2^8).
+    for (int km : {-1, 1}) {
+      for (int64_t D : {64, 128}) {
+        for (int kpw : {16, 32}) {
+          for (int64_t n : {1, 0}) test_attention({kind, t, 2, 8, 2, D, 3000, false, kSeqMajor, n, 4, kpw, km, true});
+        }
+      }
     }
   }
 }
