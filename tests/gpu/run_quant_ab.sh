@@ -5,7 +5,7 @@
 # tests/gpu/run_quant_ab.sh PRE [STEPS]; STEPS (default "checks bench cudnn"): checks = every case of the change,
 # the broken copy's tensor-core cases, memcheck of the change's tensor-core cases; bench = --bench-only of base,
 # the change, each variant, base again (drift), in that order, one process each; cudnn = bench_quant_cudnn.py;
-# sweep = the change's split sweep at B = 1 with 16 keys a warp and with 8 warps; sass = the keys kernels' SASS of the change and of base (cuobjdump). Logs: $OUT/logs.tgz.
+# k32 = the change's bench with 32 keys a warp forced; vchecks = each variant's tensor-core cases; sweep = the change's split sweep at B = 1 with 16 keys a warp and with 8 warps; sass = the keys kernels' SASS of the change and of base (cuobjdump). Logs: $OUT/logs.tgz.
 set -uo pipefail
 P=$1
 STEPS=${2:-checks bench cudnn}
@@ -21,6 +21,10 @@ for step in $STEPS; do
       run bench_new 100 "$P/test_kv_quant_cuda" --bench-only
       for v in ${VARIANTS:-}; do run "bench_$v" 100 "$P/test_kv_quant_cuda_$v" --bench-only ${VARIANT_ARGS:-}; done
       run bench_base2 100 "$P/test_kv_quant_cuda_base" --bench-only ;;
+    k32)  # the change with 32 keys a warp forced (int8 too, whose plan takes 16 at B >= 8)
+      run bench_new_k32 100 "$P/test_kv_quant_cuda" --bench-only --warp-keys 32 ;;
+    vchecks)  # each variant's tensor-core cases
+      for v in ${VARIANTS:-}; do run "kv_quant_$v" 90 "$P/test_kv_quant_cuda_$v" --tc-only; done ;;
     sweep)  # the change's split sweep at B = 1 with 16 keys a warp (50 KB a block: 4 an SM) and with 8 warps
       run sweep_b1_k16 100 "$P/test_kv_quant_cuda" --sweep --batch 1 --warp-keys 16
       run sweep_b1_w8 100 "$P/test_kv_quant_cuda" --sweep --batch 1 --warps 8 ;;
