@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "../native/graph_replay_cuda.h"  // graph_us: timed as the 8-bit bench times a call
+
 #define CK(x)                                                                          \
   do {                                                                                 \
     cudaError_t e_ = (x);                                                              \
@@ -57,35 +59,7 @@ __global__ void tail_kernel(const float* __restrict__ part, float* out) {
 
 __global__ void empty_kernel() {}
 
-template <typename F>
-float graph_us(F call, int copies, int iters, cudaStream_t s) {
-  call(0, s);
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < iters; ++i) call(i % copies, s);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  float best = 1e30f;
-  for (int rep = 0; rep < 3; ++rep) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    best = std::min(best, ms * 1e3f / iters);
-  }
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return best;
-}
+using pvt_test::graph_us;
 
 template <typename K, typename... Args>
 void launch(K kernel, int grid, int threads, bool programmatic, cudaStream_t s, Args... args) {

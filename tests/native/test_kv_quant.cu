@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "graph_replay_cuda.h"
 #include "harness.h"
 #include "kernels/decode_attention.h"
 #include "kernels/float_convert.h"
@@ -336,37 +337,7 @@ __global__ void half_fill_kernel(__half* p, size_t n, uint32_t seed) {
   }
 }
 
-// Microseconds per call: `iters` calls captured in a graph, replayed; each call reads copy
-// (i % copies) so that the caches, together at least 3x the L2, are read cold.
-template <typename F>
-float graph_us(F call, int copies, int iters, cudaStream_t s) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  call(0, s);  // warm-up, outside the capture
-  CK(cudaStreamSynchronize(s));
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < iters; ++i) call(i % copies, s);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  float best = 1e30f;
-  for (int rep = 0; rep < 3; ++rep) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    best = std::min(best, ms * 1e3f / iters);
-  }
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return best;
-}
+using pvt_test::graph_us;  // graph_replay_cuda.h
 
 // The benchmark's call on B entries, Hkv kv heads, S keys (32 query heads, head_dim 128, float16 q
 // and out, seq-major caches), without K/V, workspace or options.
