@@ -66,8 +66,9 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool pre
 // int8 codes under float16 q are decoded with a bias: the code b as the float16 b + 1152, exactly (b ^ 0x80
 // into the mantissa of 1024, half 0x6400: 1024 + b + 128), one byte permute a pair and no subtraction (a
 // float16 subtraction a pair was 64 of the int8 loop's ~790 instructions a warp and tile). The bias is taken
-// out whole: each score gets -1152 sum(q) of its row added after the MMAs (sum over the float16 q the MMA
-// multiplies), and an extra n8 tile of O accumulates P times a column of -1152, i.e. -1152 sum(p) of its
+// out whole: each score gets -1152 sum(q) of its row (sum over the float16 q the MMA multiplies) added after
+// the MMAs, or in the keys kernel as the MMAs' starting value, and an extra n8 tile of O accumulates P times a
+// column of -1152, i.e. -1152 sum(p) of its
 // row with P as the MMA rounds it, added to O at the end and every kBiasFoldTiles tiles (so O never
 // carries more than that many tiles' bias: the MMA truncates its float32 sums, about an ulp of the
 // accumulator a tile). Executed instructions -9%, time within +-2% of the subtracting kernel (H200,
@@ -142,8 +143,8 @@ __device__ __forceinline__ void grow_v_scale(float vmax, float& U, float& inv_u,
 // chunk column ch of keys key0 + it * kKeysPerPass; for int8, kScalePasses scales (K: the first half of the
 // block's scale slots). Its addresses differ by constant steps, computed once here, and a whole tile (every
 // tile but a split's last) is copied without a per-key condition: with the addresses worked out per copy
-// from the params, integer work was a third of the int8 loop's instructions (SASS, H200; the loop is bound
-// by instruction issue, docs/QUANTIZED_CACHE.md).
+// from the params, integer work was a third of the int8 loop's instructions (SASS, H200; with this and the
+// keys kernel's leaner softmax, int8 took 1-11 % less time, docs/QUANTIZED_CACHE.md).
 template <int D, int W, int KPW, bool kPerToken>
 struct SplitTiles {
   static constexpr int kThreads = 32 * W, kTileKeys = mma_tile_keys(W, KPW), CH = D / 16;
