@@ -8,8 +8,10 @@
 # keys on M with 16 and with 32 keys a warp forced; cudnn = cuDNN on the float16 caches (its own process);
 # loops = the torch extension built here, the 8-bit loop accuracy (256 greedy steps) and the Llama-shaped loop's
 # fp8 and int8 rows; floor = tests/gpu/floor_read (PRE/floor_read: the bare read of each B = 1 row's bytes, a
-# graph's own launch); scales = the bench with int8's scales in head-major order (--scale-tokens-inner); bench64 = bench and cudnn with at least 64 calls a graph; iters = the B = 1 bench and cuDNN's B = 1 rows with 8 and with 64 calls a graph; ncu = the
-# full Nsight Compute sections of the keys kernel's --profile calls. Logs: $OUT/logs.tgz.
+# graph's own launch); iters = the B = 1 bench and cuDNN's B = 1 rows with 8 and with 64 calls a graph; bench64 =
+# the bench and cuDNN with at least 64 calls a graph; scales = the bench with int8's scales in head-major order
+# (--scale-tokens-inner); ncu = Nsight Compute's throughput, memory, compute, instruction, warp-state and occupancy
+# sections of the keys kernel's --profile calls. Logs: $OUT/logs.tgz.
 set -uo pipefail
 P=$1
 STEPS=${2:-checks bench}
