@@ -144,7 +144,7 @@ __device__ __forceinline__ void grow_v_scale(float vmax, float& U, float& inv_u,
 // block's scale slots). Its addresses differ by constant steps, computed once here, and a whole tile (every
 // tile but a split's last) is copied without a per-key condition: with the addresses worked out per copy
 // from the params, integer work was a third of the int8 loop's instructions (SASS, H200; with this and the
-// keys kernel's leaner softmax, int8 took 1-11 % less time, docs/QUANTIZED_CACHE.md).
+// keys kernel's leaner softmax, int8 took 0.2-16 % less time in two H200 calls, docs/QUANTIZED_CACHE.md).
 template <int D, int W, int KPW, bool kPerToken>
 struct SplitTiles {
   static constexpr int kThreads = 32 * W, kTileKeys = mma_tile_keys(W, KPW), CH = D / 16;
