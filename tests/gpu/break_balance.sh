@@ -13,10 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$1; shift
+source tests/gpu/broken_copy_lib.sh  # copy_sources, build_copy
 src=$build/src
-rm -rf "$src" && mkdir -p "$src"
-# The working tree's kernels and native tests (uncommitted edits included), through tar.
-tar -cf - custom_ops tests/native | tar -xf - -C "$src"
+copy_sources "$build"
 f=$src/custom_ops/kernels/decode_attention_balance_cuda.cuh
 # line: the fixed text to find; sed: the edit (its pattern matches the same line).
 case "${BREAK:-mapping}" in
@@ -29,6 +28,5 @@ grep -qF "$line" "$f" || { echo "break_balance: no line for ${BREAK:-mapping}" >
 before=$(md5sum < "$f")
 sed -i "$edit" "$f"
 [ "$(md5sum < "$f")" != "$before" ] || { echo "break_balance: the edit for ${BREAK:-mapping} did not apply" >&2; exit 1; }
-cmake -S "$src/tests/native" -B "$build" -DPVT_WITH_CUDA=ON -G Ninja "$@" > "$build.cmake.log"
-cmake --build "$build" --target test_decode_attention >> "$build.cmake.log"
+build_copy "$build" test_decode_attention "$@"
 echo "broken copy (${BREAK:-mapping}) built: $build/test_decode_attention --balanced-only"

@@ -15,15 +15,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$1; shift
+source tests/gpu/broken_copy_lib.sh  # copy_sources, edit_once, build_copy
 src=$build/src
-rm -rf "$src" && mkdir -p "$src/tests" && cp -r custom_ops "$src/" && cp -r tests/native "$src/tests/"
+copy_sources "$build"
 k=$src/custom_ops/kernels/decode_attention_mma_cuda.cuh
-edit() {  # edit FROM TO [FILE]: exactly one line of FILE (default: the tensor-core kernel's) must change
-  local n f=${3:-$k}
-  n=$(grep -cF -- "$1" "$f" || true)
-  [ "$n" = 1 ] || { echo "break_mma_families: '$1' found $n times" >&2; exit 1; }
-  FROM=$1 TO=$2 python3 -c 'import os, sys; p = sys.argv[1]; s = open(p).read(); open(p, "w").write(s.replace(os.environ["FROM"], os.environ["TO"]))' "$f"
-}
+edit() { edit_once "${3:-$k}" "$1" "$2"; }  # edit FROM TO [FILE]: default the tensor-core kernel's
 if [ "${ONLY:-}" != rows ]; then
   edit 'const int w = tile + j * MT;' 'const int w = j * MT;'
   edit 'q_frag(qf, kp + 1);' 'q_frag(qf, kp);'
@@ -31,6 +27,5 @@ if [ "${ONLY:-}" != rows ]; then
   edit 'const int hg = (st.row0 + r) / tq;' 'const int hg = r / tq;' "$src/custom_ops/kernels/decode_attention_merge_cuda.cuh"
 fi
 edit 'const int vkey = kk * 16 + (lane & 7)' 'const int vkey = (lane & 7)' "$src/custom_ops/kernels/decode_attention_mma_rows_cuda.cuh"
-cmake -S "$src/tests/native" -B "$build" -DPVT_WITH_CUDA=ON -G Ninja "$@" > "$build.cmake.log"
-cmake --build "$build" --target test_decode_attention >> "$build.cmake.log"
+build_copy "$build" test_decode_attention "$@"
 echo "broken copy built: $build/test_decode_attention --families-only"

@@ -11,16 +11,12 @@ out=$1; shift
 mkdir -p "$out"
 cmake -S tests/native -B build/cuda-native -DPVT_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release -G Ninja "$@" > /dev/null
 cmake --build build/cuda-native -j2 --target test_decode_plan test_kv_quant_cuda
+source tests/gpu/broken_copy_lib.sh  # copy_sources, edit_once, build_copy
 build=build/cuda-broken-quant-keys
-src=$build/src
-rm -rf "$src" && mkdir -p "$src/tests" && cp -r custom_ops "$src/" && cp -r tests/native "$src/tests/"
-f=$src/custom_ops/kernels/kv_quant_attention_mma_keys_cuda.cuh
-from='pack2<T>(s[mk][2] * pf[mk][1], s[mk][3] * pf[mk][1])'
-[ "$(grep -cF -- "$from" "$f")" = 1 ] || { echo "prebuild_quant: the line to break is not there once" >&2; exit 1; }
-FROM=$from TO='pack2<T>(s[mk][0] * pf[mk][1], s[mk][1] * pf[mk][1])' python3 -c \
-  'import os, sys; p = sys.argv[1]; s = open(p).read(); open(p, "w").write(s.replace(os.environ["FROM"], os.environ["TO"]))' "$f"
-cmake -S "$src/tests/native" -B "$build" -DPVT_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release -G Ninja "$@" > "$build.cmake.log"
-cmake --build "$build" --target test_kv_quant_cuda >> "$build.cmake.log"
+copy_sources "$build"
+edit_once "$build/src/custom_ops/kernels/kv_quant_attention_mma_keys_cuda.cuh" \
+  'pack2<T>(s[mk][2] * pf[mk][1], s[mk][3] * pf[mk][1])' 'pack2<T>(s[mk][0] * pf[mk][1], s[mk][1] * pf[mk][1])'
+build_copy "$build" test_kv_quant_cuda -DCMAKE_BUILD_TYPE=Release "$@"
 cp build/cuda-native/test_decode_plan build/cuda-native/test_kv_quant_cuda "$out/"
 cp "$build/test_kv_quant_cuda" "$out/test_kv_quant_cuda_broken"
 strip "$out"/test_kv_quant_cuda*
