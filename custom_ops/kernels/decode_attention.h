@@ -61,6 +61,9 @@ struct DecodeOptions {
   // 8-bit caches (kv_quant_attention.h): 0, the plan's (merge_chunk_of, kv_quant_attention_plan.h); 16 or 32:
   // splits their merge kernel reads per L2 round trip, forced. (32 is refused with split_keys.)
   int merge_chunk = 0;
+  // 0: the plan's choice of float merge kernel (merge_splits_wide_kernel past kMergeChunk splits); 1: that kernel
+  // wherever the merge kernel runs; -1: never (merge_splits_kernel, a thread an element).
+  int merge_wide = 0;
 };
 
 // What split_keys must be a multiple of: every kernel's unit of keys (a tensor-core tile is at most 128).

@@ -39,6 +39,7 @@
 #include "decode_attention_common_cuda.cuh"
 #include "decode_attention_launch_cuda.cuh"
 #include "decode_attention_merge_cuda.cuh"
+#include "decode_attention_merge_wide_cuda.cuh"
 #include "decode_attention_mma_launch_cuda.cuh"
 #include "decode_attention_one_row_cuda.cuh"
 #include "decode_attention_plan.h"
@@ -239,9 +240,14 @@ Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream
   if (merge_kernel) {
     // Programmatic dependent launch (Hopper), always: the merge's launch overlaps the main kernel's
     // tail instead of following its end; older GPUs ignore the attribute and serialise as usual.
+    const dim3 rows(static_cast<unsigned>(plan.rows_total));
+    if (plan.merge_wide) {  // four elements a load where the rows' accumulators are 16-byte aligned
+      const bool v4 = p.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(ws.acc) % 16 == 0;
+      return launch_kernel(v4 ? merge_splits_wide_kernel<T, 4> : merge_splits_wide_kernel<T, 1>, rows,
+                           decode_plan::kMergeThreads, 0, 1, true, stream, p, splits, ws);
+    }
     const int threads = static_cast<int>(std::min<int64_t>(256, (p.head_dim + 31) / 32 * 32));
-    PVT_RETURN_IF_ERROR(launch_kernel(merge_splits_kernel<T>, dim3(static_cast<unsigned>(plan.rows_total)), threads, 0,
-                                      1, true, stream, p, splits, ws));
+    PVT_RETURN_IF_ERROR(launch_kernel(merge_splits_kernel<T>, rows, threads, 0, 1, true, stream, p, splits, ws));
   }
   return Status::Ok();
 }

@@ -311,6 +311,11 @@ Status check_options(const DecodeOptions& o) {
                   "and options.balance_blocks_per_sm >= 0; got " + std::to_string(o.balance) + ", " +
                       std::to_string(o.balance_blocks_per_sm));
   }
+  if (o.merge_wide < -1 || o.merge_wide > 1 || (o.merge_wide == 1 && o.split_keys > 0)) {
+    return Status(Code::kInvalidArgument,
+                  "decode_attention_cuda: options.merge_wide must be 0 (the plan's), 1 or -1, and not 1 with split_keys "
+                  "(its merge is in split order); got " + std::to_string(o.merge_wide));
+  }
   if ((o.merge_chunk != 0 && o.merge_chunk != kMergeChunk && o.merge_chunk != kMergeChunkWide) ||
       (o.merge_chunk == kMergeChunkWide && o.split_keys > 0)) {
     return Status(Code::kInvalidArgument,
@@ -399,7 +404,14 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
   return plan;
 }
 
-Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan) {
+bool merge_wide_of(const DecodeOptions& o, const Plan& plan) {
+  if (plan.splits <= 1 || plan.cluster || plan.split_keys > 0 || o.merge_wide < 0) return false;
+  return o.merge_wide > 0 || plan.splits > kMergeChunk;
+}
+
+namespace {
+
+Status plan_grid_splits(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan) {
   const DecodeOptions& o = options_of(p);
   if (o.split_keys > 0) return plan_fixed_splits(p, occupancy, plan);
   if (plan->mma_rows) {
@@ -428,6 +440,14 @@ Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupanc
     }
   }
   plan->workspace_bytes = workspace_of(p, *plan);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status plan_grid(const DecodeAttentionParams& p, const KernelOccupancy& occupancy, Plan* plan) {
+  PVT_RETURN_IF_ERROR(plan_grid_splits(p, occupancy, plan));
+  plan->merge_wide = merge_wide_of(options_of(p), *plan);
   return Status::Ok();
 }
 

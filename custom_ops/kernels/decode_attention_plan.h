@@ -40,6 +40,8 @@ constexpr int kMmaMaxTiles = 8;           // M-tiles of one tensor-core block: 1
 constexpr int kMmaStages = 3;             // tiles in flight with one M-tile: two load while one is used
 constexpr int kMaxClusterSplits = 8;      // most blocks of a cluster: the portable limit (16 measured slower)
 constexpr int kMergeChunk = 16;           // splits merge_splits_kernel reads per L2 round trip
+constexpr int kMergeThreads = 256;        // threads of a merge_splits_wide_kernel block (one row)
+constexpr int kMergeLoads = 8;            // splits a merge_splits_wide_kernel thread loads per L2 round trip
 constexpr int kMergeChunkWide = 32;       // the 8-bit merge's past kMergeChunk splits (quant_plan::merge_chunk_of)
 
 // Keys one pass of a one-row block covers (its unit of work): kTile keys for each of its key groups.
@@ -157,10 +159,17 @@ struct Plan {
                                   // that keeps one block an SM (sm_exclusive_smem in the launcher)
   bool cluster = false;        // the splits of a row group are one thread-block cluster: merged in the
                                // kernel (decode_attention_merge_cuda.cuh), no workspace, no merge kernel
+  bool merge_wide = false;     // the merge kernel is merge_splits_wide_kernel (a row's threads spread over
+                               // the splits; decode_attention_merge_wide_cuda.cuh), not merge_splits_kernel
   bool programmatic = true;    // main kernels as programmatic dependent launches (DecodeOptions::no_pdl)
   int64_t sms = 0;             // the device's SM count the plan was made for
   size_t workspace_bytes = 0;  // scratch for the splits' partials (0 with one split or a cluster)
 };
+
+// Whether the merge kernel (where the plan has one: splits > 1 and no cluster) is merge_splits_wide_kernel:
+// past kMergeChunk splits, or as DecodeOptions::merge_wide forces; never for split_keys plans (their merge is
+// in split order, merge_splits_kernel's).
+bool merge_wide_of(const DecodeOptions& o, const Plan& plan);
 
 // The options a call runs with: p.options, or the defaults.
 const DecodeOptions& options_of(const DecodeAttentionParams& p);

@@ -69,13 +69,14 @@ def shapes():
 # instead of tensor cores, and the tensor-core kernel's rows of a kv head in blocks of at most 1, 2 or 8
 # M-tiles (_rt8: all in one block, the plan before row groups), 4, 8 or 16 splits forced (short calls),
 # splits that fill two tensor-core blocks an SM (_b2), the key-slice tensor-core kernel where the plan takes the
-# row-owning one (_ks: the plan before it) and the row-owning kernel with 2, 4 or 8 warps forced (_rw2/4/8).
+# row-owning one (_ks: the plan before it), the row-owning kernel with 2, 4 or 8 warps forced (_rw2/4/8), and
+# the wide merge kernel forced on (_mw) or off (_mn; a plan's text ends in " mw" where it merges wide).
 # --variants NAME,... times only those.
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt1", {"mma_row_tiles": 1}),
             ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s4", {"splits": 4}),
             ("_s8", {"splits": 8}), ("_s16", {"splits": 16}), ("_b2", {"mma_blocks_per_sm": 2}),
             ("_ks", {"mma_row_warps": -1}), ("_rw2", {"mma_row_warps": 2}), ("_rw4", {"mma_row_warps": 4}),
-            ("_rw8", {"mma_row_warps": 8}))
+            ("_rw8", {"mma_row_warps": 8}), ("_mw", {"merge_wide": 1}), ("_mn", {"merge_wide": -1}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
 
@@ -89,6 +90,13 @@ def reference(q, k, v, tq):
     with sdpa_kernel(SDPBackend.MATH):
         return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
                                               enable_gqa=k.shape[1] != q.shape[1])
+
+
+def plan_text(pl):
+    """A plan (ext.plan) in a few words: kernel, M-tiles (x row groups), warps, splits, cluster, wide merge."""
+    groups = f"x{pl['row_groups']}" if pl["row_groups"] > 1 else ""
+    return (f"{pl['kernel']} t{pl['mma_tiles']}{groups} w{pl['mma_warps']} s{pl['splits']}"
+            + (" cl" if pl["cluster"] else "") + (" mw" if pl.get("merge_wide") else ""))
 
 
 def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants=()):
@@ -114,10 +122,7 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants=()):
     for name, opts in (("", {}),) + variants:
         with knob_set(ext, **opts):
             for lay in ("slot",) if name else ("seq", "slot"):
-                pl = ext.plan(*args[lay])
-                groups = f"x{pl['row_groups']}" if pl["row_groups"] > 1 else ""
-                plans[lay + name] = (f"{pl['kernel']} t{pl['mma_tiles']}{groups} w{pl['mma_warps']} s{pl['splits']}"
-                                     + (" cl" if pl["cluster"] else ""))
+                plans[lay + name] = plan_text(ext.plan(*args[lay]))
                 ws_bytes = max(ws_bytes, ext.workspace_bytes(*args[lay]))
     for key, text in plans.items():
         r["plan_" + key] = text

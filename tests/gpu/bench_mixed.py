@@ -20,6 +20,8 @@ in turn where the read bytes are under 3 x L2), CUDA-graph replay, best of --rep
                block an SM resident, so a budget of N an SM runs in N waves)
   ours_rule<N> the default (the rule, the device choosing) with a budget of N blocks an SM (--rule-blocks N,...;
                DecodeOptions::balance_blocks_per_sm) instead of the rule's own by shape
+  ours_rule_mw, ours_rule_mn  the rule with the wide merge kernel forced on / off (--merge-wide;
+               DecodeOptions::merge_wide = 1 / -1; a plan's text ends in " mw" where it merges wide)
   sdpa_<be>    SDPA (cudnn, flash) over K/V padded to the batch's longest slot, no mask: a timing
                yardstick only (it reads and computes the padding, as a padded batch does)
 read GB/s: bytes of K+V in the slots' own lengths / time; % of copy: against a 1 GiB device-to-device copy
@@ -28,7 +30,8 @@ read GB/s: bytes of K+V in the slots' own lengths / time; % of copy: against a 1
 at the batches of --uniform-batches (default 16,32,64). --capi: the kernels from build/spec_capi/libpvt_spec.so
 (spec_capi_build.sh, built without a GPU and carried: nothing compiled here) instead of the extension.
 Usage: python3 tests/gpu/bench_mixed.py OUT.json [--reps N] [--split-keys K1,...] [--balance N1,...]
-       [--balance-w8 N1,...] [--rule-blocks N1,...] [--uniform N1,...] [--uniform-batches B1,...] [--capi]
+       [--balance-w8 N1,...] [--rule-blocks N1,...] [--merge-wide] [--uniform N1,...] [--uniform-batches B1,...]
+       [--capi]
 """
 import json
 import random
@@ -81,7 +84,8 @@ def row(ext, fam, hq, hkv, D, B, l2, copy_gbs, reps, variants, uniform=None):
         r["plan_" + name] = (f"{pl['kernel']} t{pl['mma_tiles']} w{pl['mma_warps']} s{pl['splits']}"
                              + (" cl" if pl["cluster"] else "")
                              + (f" bal{pl['balance_grid']}" if pl.get("balance_grid") else "")
-                             + (f" plain{pl['balance_plain_splits']}" if pl.get("balance_plain_splits") else ""))
+                             + (f" plain{pl['balance_plain_splits']}" if pl.get("balance_plain_splits") else "")
+                             + (" mw" if pl.get("merge_wide") else ""))
         ws = torch.empty(max(1, ext.workspace_bytes(qo, kl[0], vl[0], out[name], SMAX, seqlens)), dtype=torch.uint8,
                          device="cuda")
         if pl.get("balance_grid") and pl["splits"] > 1:  # the split size the blocks leave after the partials
@@ -130,7 +134,9 @@ def main():
                 + [(f"ours_sk{k}", {"split_keys": k}) for k in ints("--split-keys")]
                 + [(f"ours_bal{n}", {"balance": n}) for n in ints("--balance")]
                 + [(f"ours_bal{n}w8", {"balance": n, "mma_warps": 8}) for n in ints("--balance-w8")]
-                + [(f"ours_rule{n}", {"balance": -1, "balance_blocks_per_sm": n}) for n in ints("--rule-blocks")])
+                + [(f"ours_rule{n}", {"balance": -1, "balance_blocks_per_sm": n}) for n in ints("--rule-blocks")]
+                + ([("ours_rule_mw", {"balance": -1, "merge_wide": 1}), ("ours_rule_mn", {"balance": -1, "merge_wide": -1})]
+                   if "--merge-wide" in sys.argv else []))
     uniform, uniform_batches = ints("--uniform"), ints("--uniform-batches") or [16, 32, 64]
     if "--capi" in sys.argv:
         from pvt_capi import CApi

@@ -53,7 +53,8 @@ pvt::DecodeOptions g_options;
 
 void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_warps, bool no_pdl, bool no_cluster,
                         int64_t mma_blocks_per_sm, int64_t mma_row_tiles, int64_t split_keys, int64_t balance,
-                        int64_t mma_row_warps, int64_t balance_blocks_per_sm, int64_t merge_chunk) {
+                        int64_t mma_row_warps, int64_t balance_blocks_per_sm, int64_t merge_chunk,
+                        int64_t merge_wide) {
   pvt::DecodeOptions o;
   o.splits = splits;
   o.no_mma = no_mma;
@@ -68,6 +69,7 @@ void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_w
   o.mma_row_warps = static_cast<int>(mma_row_warps);
   o.balance_blocks_per_sm = static_cast<int>(balance_blocks_per_sm);
   o.merge_chunk = static_cast<int>(merge_chunk);
+  o.merge_wide = static_cast<int>(merge_wide);
   check(pvt::decode_plan::check_options(o));
   g_options = o;
 }
@@ -87,6 +89,7 @@ pybind11::dict decode_options() {
   d["mma_row_warps"] = g_options.mma_row_warps;
   d["balance_blocks_per_sm"] = g_options.balance_blocks_per_sm;
   d["merge_chunk"] = g_options.merge_chunk;
+  d["merge_wide"] = g_options.merge_wide;
   return d;
 }
 
@@ -198,6 +201,7 @@ pybind11::dict plan(const torch::Tensor& q, const torch::Tensor& k, const torch:
   d["balance_grid"] = pl.balance_grid;
   d["balance_plain_splits"] = pl.balance_plain_splits;
   d["workspace_bytes"] = pl.workspace_bytes;
+  d["merge_wide"] = pl.merge_wide;
   return d;
 }
 
@@ -434,6 +438,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("split_keys") = defaults.split_keys, pybind11::arg("balance") = defaults.balance,
         pybind11::arg("mma_row_warps") = defaults.mma_row_warps,
         pybind11::arg("balance_blocks_per_sm") = defaults.balance_blocks_per_sm,
-        pybind11::arg("merge_chunk") = defaults.merge_chunk);
+        pybind11::arg("merge_chunk") = defaults.merge_chunk, pybind11::arg("merge_wide") = defaults.merge_wide);
   m.def("decode_options", &decode_options);
 }

@@ -48,6 +48,16 @@ const Device kGpu = Device::cuda(0);
 // options (splits, warps, cluster) that pass forces on every call.
 std::string g_mode;
 DecodeOptions g_options;
+// Calls whose plan merged through merge_splits_wide_kernel / merge_splits_kernel (count_merge): a pass meant
+// for one of them must have run it.
+int64_t g_wide_merges = 0, g_row_merges = 0;
+
+// Counts the merge kernel the plan of call p launches (none with one split or a cluster).
+void count_merge(const DecodeAttentionParams& p) {
+  decode_plan::Plan plan;
+  if (!decode_attention_cuda_plan(p, &plan).ok() || plan.splits <= 1 || plan.cluster) return;
+  ++(plan.merge_wide ? g_wide_merges : g_row_merges);
+}
 
 int64_t elem_bytes(ScalarType t) { return t == ScalarType::kFloat32 ? 4 : t == ScalarType::kBool ? 1 : 2; }
 
@@ -208,6 +218,7 @@ void run_case(Report& r, const Case& c, std::mt19937& rng, cudaStream_t stream) 
   DevBuf ws(ws_bytes);
   dp.workspace = ws_bytes ? ws.ptr : nullptr;
   dp.workspace_bytes = ws_bytes;
+  count_merge(dp);
   if (!r.ok(decode_attention_cuda(dp, stream), c.name + ".launch")) return;
   const cudaError_t e = cudaStreamSynchronize(stream);
   if (!r.check(e == cudaSuccess, c.name + ".sync", cudaGetErrorString(e))) return;
@@ -536,6 +547,7 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
       return;
     }
   }
+  count_merge(p);
   if (!r.ok(decode_attention_cuda(p, stream), c.name + ".launch")) return;
   const cudaError_t e = cudaStreamSynchronize(stream);
   if (!r.check(e == cudaSuccess, c.name + ".sync", cudaGetErrorString(e))) return;
@@ -942,9 +954,9 @@ void bench(Report& r, cudaStream_t stream) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   g_families_only = mode == "--families-only";
-  const bool balanced_only = mode == "--balanced-only";
-  const bool run_tests = mode != "--bench-only" && !balanced_only;
-  const bool run_bench = mode != "--no-bench" && !g_families_only && !balanced_only;
+  const bool balanced_only = mode == "--balanced-only", merge_only = mode == "--merge-only";
+  const bool run_tests = mode != "--bench-only" && !balanced_only && !merge_only;
+  const bool run_bench = mode != "--no-bench" && !g_families_only && !balanced_only && !merge_only;
   Report r;
   cudaDeviceProp prop;
   if (!r.check(cudaGetDeviceProperties(&prop, 0) == cudaSuccess, "runtime.device")) return r.finish();
@@ -957,6 +969,31 @@ int main(int argc, char** argv) {
     g_mode = "balance4.";
     g_options.balance = 4;
     test_varlen(r, rng, stream);
+    return r.finish();
+  }
+  if (merge_only) {  // the two merge kernels, each forced, over many splits and few, and the plan's own choice
+    struct Pass {
+      const char* prefix; int64_t splits; int wide; int balance;
+    };
+    for (const Pass& m : {Pass{"merge_wide.", 0, 1, 0}, Pass{"merge_wide.splits100.", 100, 1, 0},
+                          Pass{"merge_rows.splits100.", 100, -1, 0}, Pass{"splits100.", 100, 0, 0},
+                          Pass{"merge_wide.balance4.", 0, 1, 4}}) {
+      g_mode = m.prefix;
+      g_options = DecodeOptions{};
+      g_options.no_cluster = true;  // every split through the workspace and a merge kernel
+      g_options.splits = m.splits;
+      g_options.merge_wide = m.wide;
+      g_options.balance = m.balance;
+      const int64_t wide0 = g_wide_merges, rows0 = g_row_merges;
+      if (m.balance == 0) test_matrix(r, rng, stream);
+      test_mma_families(r, rng, stream);
+      test_varlen(r, rng, stream);
+      // The pass ran the kernel it is for: forced wide, forced not, or (100 splits) the plan's wide choice.
+      const int64_t wide = g_wide_merges - wide0, rows = g_row_merges - rows0;
+      const bool ran = m.wide > 0 ? wide > 0 && rows == 0 : m.wide < 0 ? wide == 0 && rows > 0 : wide > 0;
+      r.check(ran, std::string(m.prefix) + "merge_kernel_ran",
+              "wide " + std::to_string(wide) + ", row " + std::to_string(rows));
+    }
     return r.finish();
   }
   if (run_tests) {

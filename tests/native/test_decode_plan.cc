@@ -277,6 +277,9 @@ void test_table(Report& r) {
     r.eq(got.mma_sm_exclusive, w.mma_sm_exclusive, n + ".mma_sm_exclusive");
     r.eq(plan.mma_tiles, c.tiles, n + ".mma_tiles");
     r.eq(plan.mma_rows, c.mma_rows != 0, n + ".mma_rows");
+    // The wide merge kernel wherever a merge kernel runs (partials in the workspace) past 16 splits (no table
+    // row forces it or has split_keys).
+    r.eq(plan.merge_wide, plan.workspace_bytes > 0 && plan.splits > 16, n + ".merge_wide");
   }
 }
 
@@ -530,6 +533,44 @@ void test_merge_chunk(Report& r) {
 
 }
 
+// The float merge kernel (merge_wide_of): the wide one past kMergeChunk (16) splits, where a merge kernel
+// runs; forced either way by options.merge_wide; never for a cluster, one split or split_keys plans; the option
+// 0, 1 or -1 only, and 1 not with split_keys (check_options).
+void test_merge_wide(Report& r) {
+  using pvt::decode_plan::merge_wide_of;
+  using pvt::decode_plan::Plan;
+  DecodeOptions o;
+  Plan plan;
+  struct Want { const char* name; int64_t splits; bool cluster; int64_t split_keys; int forced; bool wide; };
+  const Want wants[] = {
+      {"one_split", 1, false, 0, 0, false},        {"sixteen", 16, false, 0, 0, false},
+      {"seventeen", 17, false, 0, 0, true},        {"most", 128, false, 0, 0, true},
+      {"cluster", 8, true, 0, 1, false},           {"forced_on_two", 2, false, 0, 1, true},
+      {"forced_off_64", 64, false, 0, -1, false},  {"split_keys_40", 40, false, 256, 0, false},
+      {"one_split_forced", 1, false, 0, 1, false},
+  };
+  for (const Want& w : wants) {
+    plan.splits = w.splits;
+    plan.cluster = w.cluster;
+    plan.split_keys = w.split_keys;
+    o.merge_wide = w.forced;
+    r.eq(merge_wide_of(o, plan), w.wide, std::string("merge_wide.") + w.name);
+  }
+  o = DecodeOptions{};
+  for (int bad : {-2, 2, 16}) {
+    o.merge_wide = bad;
+    r.code(check_options(o), Code::kInvalidArgument, "merge_wide.refused_" + std::to_string(bad));
+  }
+  for (int good : {-1, 0, 1}) {
+    o.merge_wide = good;
+    r.code(check_options(o), Code::kOk, "merge_wide.ok_" + std::to_string(good));
+  }
+  o.split_keys = 256;
+  r.code(check_options(o), Code::kInvalidArgument, "merge_wide.forced_with_split_keys");
+  o.merge_wide = -1;
+  r.code(check_options(o), Code::kOk, "merge_wide.off_with_split_keys");
+}
+
 // The 8-bit tensor-core plan (kv_quant_attention_plan.h) on the 132-SM device, 32 query heads (a block
 // takes a kv head's 1 or 4 query heads: blocks a split = B x Hkv): block shape and split count, the values
 // worked out by hand from the rules' comments (docs/QUANTIZED_CACHE.md's H200 runs).
@@ -605,5 +646,6 @@ int main() {
   test_balance(r);
   test_quant_plan(r);
   test_merge_chunk(r);
+  test_merge_wide(r);
   return r.finish();
 }
