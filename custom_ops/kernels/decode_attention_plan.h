@@ -167,8 +167,8 @@ struct Plan {
 };
 
 // Whether the merge kernel (where the plan has one: splits > 1 and no cluster) is merge_splits_wide_kernel:
-// past kMergeChunk splits, or as DecodeOptions::merge_wide forces; never for split_keys plans (their merge is
-// in split order, merge_splits_kernel's).
+// past kMergeChunk splits but not for a balanced grid, or as DecodeOptions::merge_wide forces; never for
+// split_keys plans (their merge is in split order, merge_splits_kernel's).
 bool merge_wide_of(const DecodeOptions& o, const Plan& plan);
 
 // The options a call runs with: p.options, or the defaults.

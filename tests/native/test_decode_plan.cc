@@ -277,9 +277,9 @@ void test_table(Report& r) {
     r.eq(got.mma_sm_exclusive, w.mma_sm_exclusive, n + ".mma_sm_exclusive");
     r.eq(plan.mma_tiles, c.tiles, n + ".mma_tiles");
     r.eq(plan.mma_rows, c.mma_rows != 0, n + ".mma_rows");
-    // The wide merge kernel wherever a merge kernel runs (partials in the workspace) past 16 splits (no table
-    // row forces it or has split_keys).
-    r.eq(plan.merge_wide, plan.workspace_bytes > 0 && plan.splits > 16, n + ".merge_wide");
+    // The wide merge kernel wherever a merge kernel runs (partials in the workspace) past 16 splits, not on a
+    // balanced grid (no table row forces it or has split_keys).
+    r.eq(plan.merge_wide, plan.workspace_bytes > 0 && plan.splits > 16 && plan.balance_blocks == 0, n + ".merge_wide");
   }
 }
 
@@ -541,15 +541,19 @@ void test_merge_wide(Report& r) {
   using pvt::decode_plan::Plan;
   DecodeOptions o;
   Plan plan;
-  struct Want { const char* name; int64_t splits; bool cluster; int64_t split_keys; int forced; bool wide; };
+  struct Want {
+    const char* name; int64_t splits; bool cluster; int64_t split_keys; int forced; bool wide; int64_t balance = 0;
+  };
   const Want wants[] = {
       {"one_split", 1, false, 0, 0, false},        {"sixteen", 16, false, 0, 0, false},
       {"seventeen", 17, false, 0, 0, true},        {"most", 128, false, 0, 0, true},
       {"cluster", 8, true, 0, 1, false},           {"forced_on_two", 2, false, 0, 1, true},
       {"forced_off_64", 64, false, 0, -1, false},  {"split_keys_40", 40, false, 256, 0, false},
-      {"one_split_forced", 1, false, 0, 1, false},
+      {"one_split_forced", 1, false, 0, 1, false}, {"balanced_33", 33, false, 0, 0, false, 264},
+      {"balanced_33_forced", 33, false, 0, 1, true, 264},
   };
   for (const Want& w : wants) {
+    plan.balance_blocks = w.balance;
     plan.splits = w.splits;
     plan.cluster = w.cluster;
     plan.split_keys = w.split_keys;
