@@ -65,8 +65,14 @@ flags=(-std=c++17 -Wall -Wextra -Werror -Wno-unused-parameter -DPADDLE_WITH_CUDA
        -isystem "$PADDLE_INC/paddle/phi/api/include/compat"
        -isystem "$PADDLE_INC/paddle/phi/api/include/compat/torch/csrc/api/include"
        -isystem "$PY_INC" -isystem "$CUDA_INC" -isystem "$CUDA_INC/cccl" "${nv_inc[@]}" -Icustom_ops -Ipasses)
+# Paddle's headers once, as a precompiled header (every adapter source includes paddle/extension.h; parsing
+# it is most of each compile): 13 s a source without it, 5 with it (2 cores). A PCH that does not match the
+# flags is skipped by g++, which then reads the headers as usual.
+mkdir -p "$out/pch"
+echo '#include "paddle/extension.h"' > "$out/pch/pvt_paddle.h"
+g++ "${flags[@]}" -x c++-header "$out/pch/pvt_paddle.h" -o "$out/pch/pvt_paddle.h.gch"
 adapter=(custom_ops/paddle/*.cc)
 printf '%s\0' "${adapter[@]}" | xargs -0 -P "$(nproc)" -I{} sh -c 'src=$1; dst=$2; shift 2; \
-  g++ "$@" -c "$src" -o "$dst/paddle_$(basename "$src").o"' _ {} "$out" "${flags[@]}"
+  g++ "$@" -include "$dst/pch/pvt_paddle.h" -c "$src" -o "$dst/paddle_$(basename "$src").o"' _ {} "$out" "${flags[@]}"
 m=${#adapter[@]}
 echo "compiled $m paddle adapter sources with PADDLE_WITH_CUDA and PADDLE_VTENSOR_WITH_CUDA against $PADDLE_INC"

@@ -30,19 +30,38 @@ def site_dir(tmp_path_factory):
     return str(d)
 
 
-def run(site_dir, script, autopatch, *args, extra=None):
+def start(site_dir, script, autopatch):
+    """The script in a subprocess, started (the runs of one test go side by side: each is mostly imports)."""
     env = dict(os.environ, PYTHONPATH=site_dir, PADDLE_VTENSOR_REPORT="1")
     env.pop("PADDLE_VTENSOR_AUTOPATCH", None)
     if autopatch is not None:
         env["PADDLE_VTENSOR_AUTOPATCH"] = autopatch
-    env.update(extra or {})
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "unmodified", script), *args], env=env,
-                          capture_output=True, text=True, timeout=900, cwd=site_dir)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    tokens = [line for line in proc.stdout.splitlines() if line.startswith("TOKENS ")]
-    assert len(tokens) == 1, proc.stdout[-2000:]
-    report = [line for line in proc.stderr.splitlines() if line.startswith("paddle_vtensor")]
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "unmodified", script)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=site_dir)
+
+
+def finish(proc, timeout=900):
+    """A started script's printed tokens and its paddle_vtensor report lines."""
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err[-4000:]
+    tokens = [line for line in out.splitlines() if line.startswith("TOKENS ")]
+    assert len(tokens) == 1, out[-2000:]
+    report = [line for line in err.splitlines() if line.startswith("paddle_vtensor")]
     return json.loads(tokens[0][len("TOKENS "):]), report
+
+
+def run_all(site_dir, script, *autopatch):
+    """The script once for each value of the variable, side by side; their results in that order."""
+    procs = [start(site_dir, script, a) for a in autopatch]
+    return [finish(p) for p in procs]
+
+
+def side_by_side(jobs, timeout):
+    """(argv, env) jobs run as subprocesses at once; their CompletedProcess results in order."""
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for argv, env in jobs]
+    outs = [p.communicate(timeout=timeout) for p in procs]
+    return [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(procs, outs)]
 
 
 def test_the_scripts_import_no_paddle_vtensor():
@@ -52,9 +71,7 @@ def test_the_scripts_import_no_paddle_vtensor():
 
 
 def test_eager_generate_same_tokens_and_engaged(site_dir):
-    want, off = run(site_dir, "eager_generate.py", None)
-    zero, off0 = run(site_dir, "eager_generate.py", "0")
-    got, on = run(site_dir, "eager_generate.py", "1")
+    (want, off), (zero, off0), (got, on) = run_all(site_dir, "eager_generate.py", None, "0", "1")
     assert got == want == zero  # greedy, sampling, beam, and the qwen model after the llama one was collected
     for lines in (off, off0):
         assert lines == ["paddle_vtensor report: autopatch off (PADDLE_VTENSOR_AUTOPATCH is not 1 and "
@@ -67,8 +84,7 @@ def test_eager_generate_same_tokens_and_engaged(site_dir):
 
 
 def test_static_predictor_same_tokens_and_engaged_or_left_alone(site_dir):
-    want, off = run(site_dir, "static_predictor.py", None)
-    got, on = run(site_dir, "static_predictor.py", "1")
+    (want, off), (got, on) = run_all(site_dir, "static_predictor.py", None, "1")
     assert got == want
     assert off[0].startswith("paddle_vtensor report: autopatch off"), off
     predictors = [line for line in on if " predictor " in line and line.startswith("paddle_vtensor report")]
@@ -90,12 +106,11 @@ def test_a_refused_model_warns_once_and_runs_paddlenlps_path(site_dir, tmp_path)
         "for _ in range(2):\n    out = m.generate(input_ids=ids, max_new_tokens=4, decode_strategy='greedy_search')\n"
         "print('TOKENS ' + str(out[0].numpy().tolist()).replace(' ', ''))\n")
     env = dict(os.environ, PYTHONPATH=site_dir, PADDLE_VTENSOR_REPORT="1")
-    results = {}
-    for on in ("0", "1"):
-        proc = subprocess.run([sys.executable, str(script)], env=dict(env, PADDLE_VTENSOR_AUTOPATCH=on),
-                              capture_output=True, text=True, timeout=600)
+    procs = side_by_side([([sys.executable, str(script)], dict(env, PADDLE_VTENSOR_AUTOPATCH=on)) for on in ("0", "1")],
+                         timeout=600)
+    results = dict(zip(("0", "1"), procs))
+    for proc in procs:
         assert proc.returncode == 0, proc.stderr[-3000:]
-        results[on] = proc
     assert results["0"].stdout.splitlines()[-1] == results["1"].stdout.splitlines()[-1]
     warnings = [line for line in results["1"].stderr.splitlines() if line.startswith("paddle_vtensor autopatch:")]
     assert len(warnings) == 1 and "GPTForCausalLM#1 runs on PaddleNLP's own path: UnsupportedModelError" in warnings[0]
@@ -123,12 +138,14 @@ def test_without_the_variable_importing_changes_nothing(site_dir):
             "assert not hasattr(paddle.inference.create_predictor, '__paddle_vtensor_autopatch__')\n"
             "assert not [f for f in sys.meta_path if type(f).__module__ == 'paddle_vtensor_autopatch']\n"
             "assert 'paddle_vtensor' not in sys.modules\n")
+    jobs = []
     for value in (None, "0", ""):
         env = dict(os.environ, PYTHONPATH=site_dir)
         env.pop("PADDLE_VTENSOR_AUTOPATCH", None)
         if value is not None:
             env["PADDLE_VTENSOR_AUTOPATCH"] = value
-        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        jobs.append(([sys.executable, "-c", code], env))
+    for value, proc in zip((None, "0", ""), side_by_side(jobs, timeout=300)):
         assert proc.returncode == 0, (value, proc.stderr[-3000:])
 
 

@@ -70,13 +70,20 @@ def shapes():
 # M-tiles (_rt8: all in one block, the plan before row groups), 4, 8 or 16 splits forced (short calls),
 # splits that fill two tensor-core blocks an SM (_b2), the key-slice tensor-core kernel where the plan takes the
 # row-owning one (_ks: the plan before it), the row-owning kernel with 2, 4 or 8 warps forced (_rw2/4/8), and
-# the wide merge kernel forced on (_mw) or off (_mn; a plan's text ends in " mw" where it merges wide).
-# --variants NAME,... times only those.
+# the wide merge kernel forced on (_mw) or off (_mn; a plan's text ends in " mw" where it merges wide), and
+# 16 splits merged wide or 32 / 64 splits (wide past 16) where the plan takes a cluster or fewer (_s16mw,
+# _s32, _s64; _rt2s32: the same with one block for 32 query rows). --variants NAME,... times only those.
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt1", {"mma_row_tiles": 1}),
             ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s4", {"splits": 4}),
             ("_s8", {"splits": 8}), ("_s16", {"splits": 16}), ("_b2", {"mma_blocks_per_sm": 2}),
             ("_ks", {"mma_row_warps": -1}), ("_rw2", {"mma_row_warps": 2}), ("_rw4", {"mma_row_warps": 4}),
-            ("_rw8", {"mma_row_warps": 8}), ("_mw", {"merge_wide": 1}), ("_mn", {"merge_wide": -1}))
+            ("_rw8", {"mma_row_warps": 8}), ("_mw", {"merge_wide": 1}), ("_mn", {"merge_wide": -1}),
+            ("_s16mw", {"splits": 16, "merge_wide": 1}), ("_s32", {"splits": 32}), ("_s64", {"splits": 64}),
+            ("_rt2s32", {"mma_row_tiles": 2, "splits": 32}), ("_w4", {"mma_warps": 4}),
+            ("_w4s16", {"mma_warps": 4, "splits": 16}), ("_w4s32", {"mma_warps": 4, "splits": 32}),
+            ("_w4rt2s16", {"mma_warps": 4, "mma_row_tiles": 2, "splits": 16}),
+            ("_w4rt2s32", {"mma_warps": 4, "mma_row_tiles": 2, "splits": 32}),
+            ("_w4rt2s64", {"mma_warps": 4, "mma_row_tiles": 2, "splits": 64}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
 

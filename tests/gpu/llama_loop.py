@@ -18,6 +18,9 @@ Per decode step, one new token per sequence:
               quantized into place (quant_append_cuda), attention on tensor cores over the codes
               (quant_attention_cuda); fp8's per-head scales calibrated on the prompt (amax / 448, as
               paddle_vtensor.quant.calibrate_fp8_scale), int8's per token in a [capacity, B, Hkv] tensor
+  (c) 8-bit graph   the same with --cache-dtype, captured as (c) graph is: the token quantized into a
+              one-token staging cache and its codes (int8: and scales) copied to the device position, the
+              attention over cache_seqlens; both advanced inside the graph
 Each: `steps` decode steps from `ctx` tokens, median ms/step of the timed steps (after 2 warm-up
 steps), the best of 3 rounds (1 with --quick, N with --rounds N) that run every mode in turn (each round's
 median step and median host launch time are kept too); peak memory = PyTorch's peak allocated above the
@@ -142,6 +145,33 @@ def quant_attend(ext, pair, scales, ws, pos):
     return attend
 
 
+def quant_stage(ext, dtype, B, kvh, scale):
+    """A one-token 8-bit cache the graph quantizes each step's token into, and the scales it takes: fp8 the
+    layer's own per-head scales (read), int8 its own [capacity, B, Hkv] (written, then copied)."""
+    c = ext.Cache(B, kvh, D, dtype, 1)
+    c.begin_append(0, 1)
+    s = torch.empty(c.tensor().shape[0], B, kvh, device=dev, dtype=torch.float32) if dtype == "int8" else scale
+    return c, s
+
+
+def quant_graph_attend(ext, pair, stages, ws, cap, lens, wpos):
+    """(c) 8-bit graph: the token quantized into its staging cache, its codes (int8: and its scales) copied to
+    the device position wpos, attention over cache_seqlens = lens (both advanced by the graph)."""
+    def attend(q, k, v):
+        o = torch.empty(q.shape, device=dev, dtype=dt)
+        for (c, s), (st, sts), src in zip(pair, stages, (k, v)):
+            ext.quant_append(st, src, 0, sts)
+            c.tensor().view(torch.uint8).index_copy_(0, wpos, st.tensor()[:1].view(torch.uint8))
+            if s.dim() == 3:  # int8: the token's scales, [B, Hkv] at the position
+                s.index_copy_(0, wpos, sts[:1])
+        ext.quant_attention(q, pair[0][0], pair[1][0], o, cap, pair[0][1], pair[1][1], ws, lens)
+        return o
+    return attend
+
+
+GRAPH_MODES = ("ours_graph", "ours_q_graph")
+
+
 def run(ext, W, kvh, B, ctx, mode, steps, cache_dtype=None):
     """Returns (median ms per step, peak GiB above the weights, the last step's output, median ms the
     host took to launch a step)."""
@@ -179,14 +209,25 @@ def run(ext, W, kvh, B, ctx, mode, steps, cache_dtype=None):
                 kv[i][1][:, :, p:p + 1].copy_(v.transpose(1, 2))
                 return sdpa(q, kv[i][0][:, :, :p + 1], kv[i][1][:, :, :p + 1], kvh)
             return attend
-    elif mode == "ours_q":
+    elif mode in ("ours_q", "ours_q_graph"):
         pairs = [[quant_cache(ext, cache_dtype, src, static_len(B, kvh, ctx, steps)) for src in prompt_kv(i, B, kvh, ctx)]
                  for i in range(L)]
         qs = torch.empty(B, 1, H, D, device=dev, dtype=dt)
         (k0, ks0), (v0, vs0) = pairs[0]
-        ws = torch.empty(quant_workspace_bound(ext, qs, k0, v0, ks0, vs0, ctx, cap), dtype=torch.uint8, device=dev)
-        def make(i):
-            return quant_attend(ext, [c for c, _ in pairs[i]], [s for _, s in pairs[i]], ws, pos)
+        ws_bytes = quant_workspace_bound(ext, qs, k0, v0, ks0, vs0, ctx, cap)
+        if mode == "ours_q":
+            ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
+            def make(i):
+                return quant_attend(ext, [c for c, _ in pairs[i]], [s for _, s in pairs[i]], ws, pos)
+        else:
+            lens = torch.full((B,), ctx, dtype=torch.int32, device=dev)  # before this step's token
+            wpos = torch.full((1,), ctx, dtype=torch.int64, device=dev)
+            ws = torch.empty(max(ws_bytes, ext.quant_workspace_bytes(qs, k0, v0, qs, cap, ks0, vs0, lens)),
+                             dtype=torch.uint8, device=dev)
+            stages = [[quant_stage(ext, cache_dtype, B, kvh, s) for _, s in pair] for pair in pairs]
+            state.update(caches=[[c for c, _ in pair] for pair in pairs], lens=lens, wpos=wpos)
+            def make(i):
+                return quant_graph_attend(ext, pairs[i], stages[i], ws, cap, lens, wpos)
     else:  # ours, ours_graph
         caches = []
         for i in range(L):
@@ -225,13 +266,13 @@ def run(ext, W, kvh, B, ctx, mode, steps, cache_dtype=None):
         y = x
         for i in range(L):
             y = layer(y, W[i], fns[i], kvh)
-        if mode == "ours_graph":
+        if mode in GRAPH_MODES:
             state["lens"].add_(1)
             state["wpos"].add_(1)
         return y
 
     graph = None
-    if mode == "ours_graph":
+    if mode in GRAPH_MODES:
         for pair in state["caches"]:  # map what the captured steps will write (host side, before)
             for c in pair:
                 c.begin_append(ctx, steps + 1)
@@ -286,7 +327,7 @@ def main():
         rounds = int(sys.argv[sys.argv.index("--rounds") + 1])
     only = tuple(int(x) for x in sys.argv[sys.argv.index("--only") + 1].split(",")) if "--only" in sys.argv else None
     cache_dtype = sys.argv[sys.argv.index("--cache-dtype") + 1] if "--cache-dtype" in sys.argv else None
-    modes = ("cat", "static", "ours", "ours_graph", "ours_graph_nopdl") + (("ours_q",) if cache_dtype else ())
+    modes = ("cat", "static", "ours", "ours_graph", "ours_graph_nopdl") + (("ours_q", "ours_q_graph") if cache_dtype else ())
     knobs = {"mma_row_tiles": int(sys.argv[sys.argv.index("--row-tiles") + 1])} if "--row-tiles" in sys.argv else {}
     if "--row-warps" in sys.argv:
         knobs["mma_row_warps"] = int(sys.argv[sys.argv.index("--row-warps") + 1])
@@ -333,12 +374,15 @@ def main():
                         r[f"{mode}_{n}_ms"] = round(ms, 3)
                     ms, peak, n = min(cands)
                     r[f"{mode}_ms"], r[f"{mode}_peak_gib"], r[f"{mode}_sdpa"] = round(ms, 3), round(peak, 3), n
-                for mode in ("ours", "ours_graph", "ours_graph_nopdl") + (("ours_q",) if "ours_q" in best else ()):
-                    r[f"{mode}_ms"], r[f"{mode}_peak_gib"] = round(best[mode][0], 3), round(best[mode][1], 3)
+                for mode in ("ours", "ours_graph", "ours_graph_nopdl", "ours_q", "ours_q_graph"):
+                    if mode in best:
+                        r[f"{mode}_ms"], r[f"{mode}_peak_gib"] = round(best[mode][0], 3), round(best[mode][1], 3)
                 # Same prompt, weights and tokens: the last step's hidden state must agree (8-bit: how far).
-                for mode in ("cat", "ours", "ours_graph", "ours_graph_nopdl", "ours_q"):
+                for mode in ("cat", "ours", "ours_graph", "ours_graph_nopdl", "ours_q", "ours_q_graph"):
                     if mode in ys:
                         r[f"maxdiff_{mode}_vs_static"] = float((ys[mode] - ys["static"]).abs().max())
+                if "ours_q" in ys and "ours_q_graph" in ys:  # the same codes and scales, eager or replayed
+                    r["maxdiff_ours_q_graph_vs_ours_q"] = float((ys["ours_q_graph"] - ys["ours_q"]).abs().max())
                 r["hidden_absmax"] = float(ys["static"].abs().max())
                 for mode in ("cat", "static", "ours", "ours_graph"):
                     r[f"{mode}_tok_s"] = round(B * 1e3 / r[f"{mode}_ms"], 1)
@@ -352,6 +396,10 @@ def main():
                     r["ours_q_tok_s"] = round(B * 1e3 / r["ours_q_ms"], 1)
                     r["ours_q_vs_static"] = round(r["ours_q_ms"] / r["static_ms"], 3)
                     r["ours_q_vs_ours"] = round(r["ours_q_ms"] / r["ours_ms"], 3)
+                if "ours_q_graph_ms" in r:
+                    r["ours_q_graph_tok_s"] = round(B * 1e3 / r["ours_q_graph_ms"], 1)
+                    r["ours_q_graph_vs_static"] = round(r["ours_q_graph_ms"] / r["static_ms"], 3)
+                    r["ours_q_graph_vs_graph"] = round(r["ours_q_graph_ms"] / r["ours_graph_ms"], 3)
                 rows.append(r)
                 print(json.dumps(r), flush=True)
     with open(out_path, "w") as f:
