@@ -93,13 +93,36 @@ __device__ __forceinline__ void finish_block(const DecodeAttentionParams& p, con
     *h = hk * G + hg;
     *t = st.row0 + r - hg * tq;
   };
-  if (!cluster) {
+  if (!cluster && splits > 1) {
+    // The split's partials into the workspace (store_partial's places), the index arithmetic a row's and the
+    // split's, not an element's: row r is query head hk * G + hg, token t with hg * Tq + t = row0 + r, so its
+    // workspace row (b * Hq + h) * Tq + t is g0 + row0 + r; a token past the entry's queries (packed rows)
+    // only where the entry has fewer than Tq. (Per element, with a division by Tq and 64-bit products, this
+    // was a short block's largest cost after its tiles: Nsight Compute, H200, 2026-12-03.)
+    const int64_t rows_total = p.batch * p.q_heads * Tq;
+    float* acc = ws.acc + split * rows_total * D;
+    float* ml = ws.ml + split * rows_total * 2;
+    const int64_t g0 = (b * p.q_heads + hk * G) * Tq + st.row0;
+    const bool every_token = e.q_count >= Tq;
+    for (int i = tid; i < n_out; i += NTHR) {
+      const int r = i / D, d = i % D;  // D is a constant: no division
+      if (!every_token && (st.row0 + r) % tq >= e.q_count) continue;  // no such query in this entry
+      const int64_t g = g0 + r;
+      if (d == 0) {
+        ml[g * 2] = st.m[r];
+        ml[g * 2 + 1] = st.l[r];
+      }
+      acc[g * D + d] = st.acc[r * st.acc_stride + d];
+    }
+    return;
+  }
+  if (!cluster) {  // one split: the block writes its rows
     for (int i = tid; i < n_out; i += NTHR) {
       const int r = i / D, d = i % D;
       int64_t h, t;
       head_and_token(r, &h, &t);
       if (t >= e.q_count) continue;  // no such query in this entry: nothing to write
-      store_split_row<T>(p, e, b, t, h, d, D, split, splits, ws, st.m[r], st.l[r], st.acc[r * st.acc_stride + d]);
+      write_row<T>(p, e, b, t, h, d, st.m[r], st.l[r], st.acc[r * st.acc_stride + d]);
     }
     return;
   }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The tensor-core block's leaner end (the key slices merged with per-row weights, float4; finish_block's partials
+# with a row's index arithmetic) on the H200, from binaries built without a GPU. PRE: test_decode_plan,
+# test_decode_attention and its copies broken on purpose (tests/gpu/break_block_end.sh:
+# test_decode_attention_broken_weights, _broken_rowgroup; those missing are skipped); build/spec_capi (the change)
+# and build/spec_capi_base (the kernels before it) carried. The checks, memcheck, then the family rows and the
+# skewed batches timed with each library in its own process (two builds of the library cannot share one).
+# Usage: bash tests/gpu/run_block_end.sh PRE [bench_families.py args...]   (logs in $OUT/logs.tgz)
+set -uo pipefail
+P=$1
+shift
+source "$(dirname "$0")/run_lib.sh"  # O, run, finish
+run decode_plan 30 "$P/test_decode_plan"
+run families_check 60 "$P/test_decode_attention" --families-only
+run merge 60 "$P/test_decode_attention" --merge-only
+for b in weights rowgroup; do
+  [ -x "$P/test_decode_attention_broken_$b" ] && run "broken_$b" 30 "$P/test_decode_attention_broken_$b" --families-only
+done
+run memcheck 60 compute-sanitizer --tool memcheck "$P/test_decode_attention" --families-only
+grep -h "ERROR SUMMARY" "$O/memcheck.log"
+for lib in new base; do
+  if [ $lib = base ]; then mv build/spec_capi build/spec_capi_new && cp -r build/spec_capi_base build/spec_capi; fi
+  run "families_$lib" 150 python3 tests/gpu/bench_families.py "$O/families_$lib.json" --capi "$@"
+  run "mixed_$lib" 60 python3 tests/gpu/bench_mixed.py "$O/mixed_$lib.json" --capi
+done
+rm -rf build/spec_capi && mv build/spec_capi_new build/spec_capi
+python3 - "$O" <<'PY'
+import json, sys
+o = sys.argv[1]
+new, base = (json.load(open(f"{o}/families_{x}.json")) for x in ("new", "base"))
+print("copy", new["d2d_copy_gbs"], base["d2d_copy_gbs"], "GB/s")
+key = lambda r: (r["family"], r["dtype"], r["B"], r["S"], r["Tq"])
+b = {key(r): r for r in base["rows"]}
+print("family dtype B S Tq | plan | new us (/ SDPA) | base us (/ SDPA) | new / base")
+for r in new["rows"]:
+    q = b.get(key(r))
+    if not q or "ours_slot_us" not in r or "ours_slot_us" not in q:
+        continue
+    print(*key(r), "|", r["plan_slot"], "|", r["ours_slot_us"], f'({r.get("slot_vs_best")})', "|", q["ours_slot_us"],
+          f'({q.get("slot_vs_best")})', "|", round(r["ours_slot_us"] / q["ours_slot_us"], 3))
+for x in ("new", "base"):
+    d = json.load(open(f"{o}/mixed_{x}.json"))
+    print(x, [(r["family"], r["B"], r.get("ours_rule_us"), r.get("pct_copy_rule")) for r in d["rows"]])
+PY
+finish
