@@ -19,9 +19,9 @@ esac
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
-# --no-compile: no bytecode for every installed module up front (paddle's and PaddleNLP's thousands): Python
-# writes it for the modules a run imports. 118 -> 73 s for the second environment on 2 cores.
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile -r "$REQ" -c "$CON"
+# (Not --no-compile: where PYTHONDONTWRITEBYTECODE is set, as on CI, every process would then compile paddle's
+# modules again; pytest took 724 s against 461.)
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ" -c "$CON"
 # Build the ops against the installed paddle and install the package (about 1.5 minutes on 2 cores
 # the first time).
 if ! "$VENV/bin/python" -m paddle_vtensor._installed_check > /dev/null 2>&1; then
