@@ -11,12 +11,12 @@ P=$1
 shift
 source "$(dirname "$0")/run_lib.sh"  # O, run, finish
 run decode_plan 30 "$P/test_decode_plan"
-run families_check 60 "$P/test_decode_attention" --families-only
-run merge 60 "$P/test_decode_attention" --merge-only
+run families_check 45 "$P/test_decode_attention" --families-only
+run merge 45 "$P/test_decode_attention" --merge-only
 for b in weights rowgroup; do
   [ -x "$P/test_decode_attention_broken_$b" ] && run "broken_$b" 30 "$P/test_decode_attention_broken_$b" --families-only
 done
-run memcheck 60 compute-sanitizer --tool memcheck "$P/test_decode_attention" --families-only
+run memcheck 45 compute-sanitizer --tool memcheck "$P/test_decode_attention" --families-only
 grep -h "ERROR SUMMARY" "$O/memcheck.log"
 for lib in new base; do
   if [ $lib = base ]; then mv build/spec_capi build/spec_capi_new && cp -r build/spec_capi_base build/spec_capi; fi
