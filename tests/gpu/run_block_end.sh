@@ -14,7 +14,7 @@ run decode_plan 30 "$P/test_decode_plan"
 run families_check 45 "$P/test_decode_attention" --families-only
 run merge 45 "$P/test_decode_attention" --merge-only
 for b in weights rowgroup; do
-  [ -x "$P/test_decode_attention_broken_$b" ] && run "broken_$b" 30 "$P/test_decode_attention_broken_$b" --families-only
+  [ -x "$P/test_decode_attention_broken_$b" ] && run "broken_$b" 20 "$P/test_decode_attention_broken_$b" --families-only
 done
 run memcheck 45 compute-sanitizer --tool memcheck "$P/test_decode_attention" --families-only
 grep -h "ERROR SUMMARY" "$O/memcheck.log"
