@@ -30,38 +30,33 @@ def site_dir(tmp_path_factory):
     return str(d)
 
 
-def start(site_dir, script, autopatch):
-    """The script in a subprocess, started (the runs of one test go side by side: each is mostly imports)."""
-    env = dict(os.environ, PYTHONPATH=site_dir, PADDLE_VTENSOR_REPORT="1")
-    env.pop("PADDLE_VTENSOR_AUTOPATCH", None)
-    if autopatch is not None:
-        env["PADDLE_VTENSOR_AUTOPATCH"] = autopatch
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "unmodified", script)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=site_dir)
-
-
-def finish(proc, timeout=900):
-    """A started script's printed tokens and its paddle_vtensor report lines."""
-    out, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, err[-4000:]
-    tokens = [line for line in out.splitlines() if line.startswith("TOKENS ")]
-    assert len(tokens) == 1, out[-2000:]
-    report = [line for line in err.splitlines() if line.startswith("paddle_vtensor")]
-    return json.loads(tokens[0][len("TOKENS "):]), report
-
-
-def run_all(site_dir, script, *autopatch):
-    """The script once for each value of the variable, side by side; their results in that order."""
-    procs = [start(site_dir, script, a) for a in autopatch]
-    return [finish(p) for p in procs]
-
-
-def side_by_side(jobs, timeout):
-    """(argv, env) jobs run as subprocesses at once; their CompletedProcess results in order."""
-    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def side_by_side(jobs, timeout, cwd=None):
+    """(argv, env) jobs run as subprocesses at once (each is mostly imports); their CompletedProcess results in
+    order."""
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
              for argv, env in jobs]
     outs = [p.communicate(timeout=timeout) for p in procs]
     return [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(procs, outs)]
+
+
+def run_all(site_dir, script, *autopatch):
+    """The script once for each value of the variable, side by side: each run's printed tokens and its
+    paddle_vtensor report lines, in that order."""
+    jobs = []
+    for value in autopatch:
+        env = dict(os.environ, PYTHONPATH=site_dir, PADDLE_VTENSOR_REPORT="1")
+        env.pop("PADDLE_VTENSOR_AUTOPATCH", None)
+        if value is not None:
+            env["PADDLE_VTENSOR_AUTOPATCH"] = value
+        jobs.append(([sys.executable, os.path.join(ROOT, "tests", "unmodified", script)], env))
+    results = []
+    for proc in side_by_side(jobs, timeout=900, cwd=site_dir):
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        tokens = [line for line in proc.stdout.splitlines() if line.startswith("TOKENS ")]
+        assert len(tokens) == 1, proc.stdout[-2000:]
+        report = [line for line in proc.stderr.splitlines() if line.startswith("paddle_vtensor")]
+        results.append((json.loads(tokens[0][len("TOKENS "):]), report))
+    return results
 
 
 def test_the_scripts_import_no_paddle_vtensor():
