@@ -72,7 +72,10 @@ mkdir -p "$out/pch"
 echo '#include "paddle/extension.h"' > "$out/pch/pvt_paddle.h"
 g++ "${flags[@]}" -x c++-header "$out/pch/pvt_paddle.h" -o "$out/pch/pvt_paddle.h.gch"
 adapter=(custom_ops/paddle/*.cc)
+# Syntax only: parsing and template instantiation find what this check is for (the CUDA code paths of the
+# adapter against paddle's headers); the CPU build compiles the same sources to objects. 2.2-2.7 s a source
+# against 4.9-6.2 with code generation (2 cores).
 printf '%s\0' "${adapter[@]}" | xargs -0 -P "$(nproc)" -I{} sh -c 'src=$1; dst=$2; shift 2; \
-  g++ "$@" -include "$dst/pch/pvt_paddle.h" -c "$src" -o "$dst/paddle_$(basename "$src").o"' _ {} "$out" "${flags[@]}"
+  g++ "$@" -include "$dst/pch/pvt_paddle.h" -fsyntax-only "$src"' _ {} "$out" "${flags[@]}"
 m=${#adapter[@]}
-echo "compiled $m paddle adapter sources with PADDLE_WITH_CUDA and PADDLE_VTENSOR_WITH_CUDA against $PADDLE_INC"
+echo "checked $m paddle adapter sources (syntax and templates) with PADDLE_WITH_CUDA and PADDLE_VTENSOR_WITH_CUDA against $PADDLE_INC"
