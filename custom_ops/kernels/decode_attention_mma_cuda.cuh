@@ -174,12 +174,13 @@ __device__ __forceinline__ void qk_n8(float (&s)[4], const uint4* sk, int key, i
   }
 }
 
-// The cp.async pipeline's prologue: tiles 0 .. STAGES - 2 in flight (load_tile(stage, tile) commits
-// its group), and one empty group for each stage past the last tile, so the wait counts stay the same.
-template <int STAGES, class Count, class LoadTile>
+// The cp.async pipeline's prologue: tiles FIRST .. STAGES - 2 in flight (load_tile(stage, tile) commits
+// its group; tiles before FIRST the caller has loaded, one group each), and one empty group for each stage
+// past the last tile, so the wait counts stay the same.
+template <int STAGES, int FIRST = 0, class Count, class LoadTile>
 __device__ __forceinline__ void prime_pipeline(Count n_tiles, LoadTile& load_tile) {
 #pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) {
+  for (int st = FIRST; st < STAGES - 1; ++st) {
     if (st < n_tiles) {
       load_tile(st, st);
     } else {
@@ -212,7 +213,8 @@ struct TileLoader {
         vp0(v + static_cast<int>(threadIdx.x) / CH * v_step + static_cast<int>(threadIdx.x) % CH * 8) {}
 
   // Keys t0 .. t0 + KEYS - 1 into sk and sv; those from `left` on (past the split) as zeros, never read.
-  __device__ __forceinline__ void operator()(uint4* sk, uint4* sv, int64_t t0, int left) const {
+  // One commit group, unless `commit` is false (the caller adds more to the group and commits it).
+  __device__ __forceinline__ void operator()(uint4* sk, uint4* sv, int64_t t0, int left, bool commit = true) const {
     if constexpr (kColumns) {
       const T* kp = kp0 + t0 * ks0;
       const T* vp = vp0 + t0 * vs0;
@@ -247,7 +249,7 @@ struct TileLoader {
         }
       }
     }
-    cp_async_commit();
+    if (commit) cp_async_commit();
   }
 };
 
@@ -261,7 +263,7 @@ __device__ __forceinline__ void load_query_rows(const DecodeAttentionParams& p, 
 #pragma unroll
   for (int c = static_cast<int>(threadIdx.x); c < ROWS * CH; c += NTHR) {
     const int row = c / CH, qc = c % CH;
-    const int hg = (row0 + row) / tq, t = row0 + row - hg * tq;
+    const int hg = tq == 1 ? row0 + row : (row0 + row) / tq, t = row0 + row - hg * tq;  // decode: no division
     const bool live = row < rows && t < e.q_count;
     const int64_t at = live ? (p.cu_seqlens_q ? (e.q_begin + t) * p.q_stride[1] : b * p.q_stride[0] + t * p.q_stride[1]) +
                                   (hk * G + hg) * p.q_stride[2] + qc * 8
@@ -275,7 +277,7 @@ __device__ __forceinline__ void load_query_rows(const DecodeAttentionParams& p, 
 // (causal, clipped to the split; s_lo for a row that is not live).
 __device__ __forceinline__ int64_t visible_end(const Entry& e, int tq, int row0, int row, int rows, int64_t s_lo,
                                                int64_t s_hi) {
-  const int hg = (row0 + row) / tq, t = row0 + row - hg * tq;
+  const int hg = tq == 1 ? row0 + row : (row0 + row) / tq, t = row0 + row - hg * tq;
   const bool live = row < rows && t < e.q_count;
   return live ? (e.past + t + 1 < s_hi ? e.past + t + 1 : s_hi) : s_lo;
 }
@@ -346,21 +348,24 @@ __global__ void __launch_bounds__(WARPS * 32)
   uint4* sq = smem + 2 * STAGES * (kMmaKeys * CHS);  // the query rows, [ROWS][CHS] swizzled
 
   const TileLoader<T, CH, CHS, NTHR, kMmaKeys> load{kb, vb, ks0, vs0};
-  auto load_tile = [&](int64_t tile, int stage) {
+  auto load_tile = [&](int64_t tile, int stage, bool commit = true) {
     const int64_t t0 = s_lo + tile * kMmaKeys;
-    load(sk(stage), sv(stage), t0, t0 + kMmaKeys <= s_hi ? kMmaKeys : static_cast<int>(s_hi - t0));  // keys inside the split
+    load(sk(stage), sv(stage), t0, t0 + kMmaKeys <= s_hi ? kMmaKeys : static_cast<int>(s_hi - t0),
+         commit);  // keys inside the split
   };
 
-  // The query rows go first, 16-byte chunks by cp.async (the plan asks for a 16-byte-loadable q),
-  // zeros for rows that are not live; then the first STAGES - 1 tiles, in flight while the rows are
-  // read into registers. One commit group per tile slot, empty past the last tile, so that wait_group
-  // counts stay the same.
+  // The first tile goes first, then the query rows (16-byte chunks by cp.async: the plan asks for a
+  // 16-byte-loadable q; zeros for rows that are not live), one commit group for both; then tiles 1 ..
+  // STAGES - 2, one group each (empty past the last tile, so that wait_group counts stay the same). The
+  // first tile before the rows: a short block's time runs from its start to its first tile's arrival, and
+  // the rows' index work (about 150 instructions a warp, one warp a scheduler) came before it.
   // This block's rows: rows row0 .. row0 + rows - 1 of the kv head's R (row r: head hk * G + r / Tq,
   // token r % Tq); below, `row` counts from row0.
+  if (n_tiles > 0) load_tile(0, 0, false);
   const int tq = static_cast<int>(Tq), row0 = rg * ROWS;
   const int rows = static_cast<int>(R) - row0 < ROWS ? static_cast<int>(R) - row0 : ROWS;
-  load_query_rows<T, CH, CHS, ROWS, NTHR>(p, e, b, hk, G, tq, row0, rows, sq);
-  prime_pipeline<STAGES>(n_tiles, load_tile);
+  load_query_rows<T, CH, CHS, ROWS, NTHR>(p, e, b, hk, G, tq, row0, rows, sq);  // commits the group
+  prime_pipeline<STAGES, 1>(n_tiles, load_tile);
 
   // This thread's two rows of every accumulator fragment, r0 = lane / 4 and r0 + 8 of the warp's M-tile:
   // the keys they see, s < vis_end (causal, clipped to the split; s_lo for a row that is not this entry's).
@@ -370,7 +375,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   // Q as the A operand, one fragment per k16 step, by ldmatrix (matrices: rows 0-7 / 8-15 of the warp's
   // M-tile x the step's two 8-element halves); the softmax scale is applied to the float32 scores.
-  cp_async_wait<STAGES - 1>();  // the rows' group has landed (the tiles may still fly)
+  cp_async_wait<STAGES - 2>();  // the first group (tile 0 and the rows) has landed; the later tiles may fly
   __syncthreads();
   const uint4* sq_lane = sq + (m0 + (lane & 7) + ((lane >> 3) & 1) * 8) * CHS;  // this lane's ldmatrix row
   const int q_swz = (lane & 7) + ((lane >> 3) & 1) * 8;  // that row's index within its 8-row swizzle group

@@ -56,15 +56,17 @@ __global__ void __launch_bounds__(WARPS * 32)
   const T* vb = static_cast<const T*>(p.v) + e.kv_row * p.v_stride[1] + hk * p.v_stride[2];
   const int64_t n_tiles = s_hi > s_lo ? (s_hi - s_lo + KT - 1) / KT : 0;
   const TileLoader<T, CH, CHS, NTHR, KT> load{kb, vb, p.k_stride[0], p.v_stride[0]};
-  auto load_tile = [&](int64_t tile, int stage) {
+  auto load_tile = [&](int64_t tile, int stage, bool commit = true) {
     const int64_t t0 = s_lo + tile * KT;
-    load(sk(stage), sv(stage), t0, t0 + KT <= s_hi ? KT : static_cast<int>(s_hi - t0));
+    load(sk(stage), sv(stage), t0, t0 + KT <= s_hi ? KT : static_cast<int>(s_hi - t0), commit);
   };
 
+  // The first tile, then the rows, one group; then the rest of the primed tiles (decode_attention_mma_cuda.cuh).
+  if (n_tiles > 0) load_tile(0, 0, false);
   const int tq = static_cast<int>(p.q_len), row0 = rg * ROWS;
   const int rows = static_cast<int>(R) - row0 < ROWS ? static_cast<int>(R) - row0 : ROWS;
   load_query_rows<T, CH, CHS, ROWS, NTHR>(p, e, b, hk, G, tq, row0, rows, sq);
-  prime_pipeline<STAGES>(n_tiles, load_tile);
+  prime_pipeline<STAGES, 1>(n_tiles, load_tile);
 
   // The warp's M-tile: rows m0 .. m0 + 15; this lane's two rows of each fragment, r0 and r0 + 8.
   const int r0 = lane / 4, m0 = warp * kMmaMaxRows;
@@ -72,7 +74,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int64_t vis_end[2] = {visible_end(e, tq, row0, m0 + r0, rows, s_lo, s_hi),
                               visible_end(e, tq, row0, m0 + r0 + 8, rows, s_lo, s_hi)};
 
-  cp_async_wait<STAGES - 1>();  // the rows have landed
+  cp_async_wait<STAGES - 2>();  // the first group (tile 0 and the rows) has landed
   __syncthreads();
   const uint4* sq_lane = sq + (m0 + (lane & 7) + ((lane >> 3) & 1) * 8) * CHS;
   const int q_swz = (lane & 7) + ((lane >> 3) & 1) * 8;

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The tensor-core block's leaner end (the key slices merged with per-row weights, float4; finish_block's partials
-# with a row's index arithmetic) on the H200, from binaries built without a GPU. PRE: test_decode_plan,
-# test_decode_attention and its copies broken on purpose (tests/gpu/break_block_end.sh:
-# test_decode_attention_broken_weights, _broken_rowgroup; those missing are skipped); build/spec_capi (the change)
-# and build/spec_capi_base (the kernels before it) carried. The checks, memcheck, then the family rows and the
-# skewed batches timed with each library in its own process (two builds of the library cannot share one).
-# Usage: bash tests/gpu/run_block_end.sh PRE [bench_families.py args...]   (logs in $OUT/logs.tgz)
+# A change to the tensor-core block (first its leaner end: the key slices merged with per-row weights, float4;
+# finish_block's partials with a row's index arithmetic; then its start: the tiles' loads before the query rows)
+# on the H200. PRE: test_decode_plan, test_decode_attention and its copies broken on purpose,
+# test_decode_attention_broken_NAME (tests/gpu/break_block_end.sh, break_block_start.sh; each one found is run);
+# build/spec_capi (the change) and build/spec_capi_base (the kernels before it). The checks, memcheck, then the
+# family rows and the skewed batches timed with each library in its own process (two builds of the library
+# cannot share one).
+# Usage: [AGAIN=1] bash tests/gpu/run_block_end.sh PRE [bench_families.py args...]   (logs in $OUT/logs.tgz)
 set -uo pipefail
 P=$1
 shift
@@ -13,17 +14,19 @@ source "$(dirname "$0")/run_lib.sh"  # O, run, finish
 run decode_plan 30 "$P/test_decode_plan"
 run families_check 45 "$P/test_decode_attention" --families-only
 run merge 45 "$P/test_decode_attention" --merge-only
-for b in weights rowgroup; do
-  [ -x "$P/test_decode_attention_broken_$b" ] && run "broken_$b" 20 "$P/test_decode_attention_broken_$b" --families-only
+for f in "$P"/test_decode_attention_broken_*; do
+  [ -x "$f" ] && run "${f##*/test_decode_attention_}" 20 "$f" --families-only
 done
 run memcheck 45 compute-sanitizer --tool memcheck "$P/test_decode_attention" --families-only
 grep -h "ERROR SUMMARY" "$O/memcheck.log"
-for lib in new base; do
+# AGAIN=1: the change timed once more after the base (families_again, mixed_again), for the spread between runs.
+for lib in new base ${AGAIN:+again}; do
   if [ $lib = base ]; then mv build/spec_capi build/spec_capi_new && cp -r build/spec_capi_base build/spec_capi; fi
+  if [ $lib = again ]; then rm -rf build/spec_capi && mv build/spec_capi_new build/spec_capi; fi
   run "families_$lib" 150 python3 tests/gpu/bench_families.py "$O/families_$lib.json" --capi "$@"
   run "mixed_$lib" 60 python3 tests/gpu/bench_mixed.py "$O/mixed_$lib.json" --capi
 done
-rm -rf build/spec_capi && mv build/spec_capi_new build/spec_capi
+[ -d build/spec_capi_new ] && rm -rf build/spec_capi && mv build/spec_capi_new build/spec_capi
 python3 - "$O" <<'PY'
 import json, sys
 o = sys.argv[1]
