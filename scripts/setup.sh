@@ -6,8 +6,8 @@
 #   bash scripts/setup.sh paddlenlp3   # .venv-paddlenlp3: paddle 3.3.1 + PaddleNLP 3.0.0b4
 #
 # Idempotent: re-running reuses the environment and rebuilds the ops only when their sources
-# changed (objects are kept in build/ops/, so a second environment with the same paddle compiles
-# nothing).
+# changed (the built library is kept in build/ops/<source digest>/, so a second environment with the
+# same paddle and Python compiles nothing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -22,7 +22,7 @@ fi
 # (Not --no-compile: where PYTHONDONTWRITEBYTECODE is set, as on CI, every process would then compile paddle's
 # modules again; pytest took 724 s against 461.)
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ" -c "$CON"
-# Build the ops against the installed paddle and install the package (about 1.5 minutes on 2 cores
+# Build the ops against the installed paddle and install the package (about 4 minutes on 2 cores
 # the first time).
 if ! "$VENV/bin/python" -m paddle_vtensor._installed_check > /dev/null 2>&1; then
   echo "building and installing paddle_vtensor into $VENV (pip install --no-build-isolation .)..."
