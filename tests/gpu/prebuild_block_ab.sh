@@ -2,7 +2,7 @@
 # What tests/gpu/run_block_end.sh takes, built side by side on the machine it runs on (on the H200: 16 cores,
 # about 2 minutes; on a CPU host add -DPVT_CUDA_DRIVER=<stub libcuda.so> to the cmake args): build/pre with
 # test_decode_plan, test_decode_attention and one broken copy per BREAKS entry (SCRIPT:NAME, e.g.
-# "break_block_start.sh:wait": tests/gpu/SCRIPT run with BREAK=NAME, the copy named
+# "break_block.sh:wait": tests/gpu/SCRIPT run with BREAK=NAME, the copy named
 # test_decode_attention_broken_NAME); build/spec_capi from this tree; build/spec_capi_base from BASE (a tree
 # holding custom_ops, tests/gpu and tests/native of the kernels before the change), unless already built.
 # Usage: BREAKS="SCRIPT:NAME ..." bash tests/gpu/prebuild_block_ab.sh BASE [cmake args...]

@@ -2,7 +2,7 @@
 # A change to the tensor-core block (first its leaner end: the key slices merged with per-row weights, float4;
 # finish_block's partials with a row's index arithmetic; then its start: the tiles' loads before the query rows)
 # on the H200. PRE: test_decode_plan, test_decode_attention and its copies broken on purpose,
-# test_decode_attention_broken_NAME (tests/gpu/break_block_end.sh, break_block_start.sh; each one found is run);
+# test_decode_attention_broken_NAME (tests/gpu/break_block.sh; each one found is run);
 # build/spec_capi (the change) and build/spec_capi_base (the kernels before it). The checks, memcheck, then the
 # family rows and the skewed batches timed with each library in its own process (two builds of the library
 # cannot share one).
