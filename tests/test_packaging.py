@@ -4,6 +4,7 @@ loaded, and an installed package without a usable library says how to rebuild. (
 itself is exercised by .ci/run: pip install, then import and `demo --tiny` from outside the tree.)"""
 import json
 import re
+import sys
 
 import paddle
 import pytest
@@ -48,6 +49,29 @@ def test_an_installed_package_without_a_usable_library_says_how_to_rebuild(monke
     with pytest.raises(RuntimeError, match=r"no ops library for this paddle \(/x/_lib was built for paddle 0.0.1 "
                                            r"\(CPU\)\)\. Rebuild .*pip install --no-build-isolation"):
         _ops._loader._jit_build()
+
+
+def test_a_finished_build_of_the_same_sources_and_paddle_is_taken_as_is(tmp_path, monkeypatch):
+    """A second environment with the same paddle and Python (CI's PaddleNLP 3.0.0b4 one) takes the library the
+    first one built; paddle's own check would compile everything again (its signature names the environment's
+    include paths). A build that left only some of its files is not taken."""
+    from paddle.utils import cpp_extension
+
+    def compile_again(**kwargs):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(cpp_extension, "load", compile_again)
+    info = _packaged._info(_build.with_cuda())
+    done = tmp_path / "ops" / info["digest"] / ("built-py%d%d" % sys.version_info[:2])
+    done.mkdir(parents=True)
+    for name in _packaged._FILES:
+        (done / name).write_text(f"{name} of the first build")
+    assert _packaged.build_into(str(tmp_path / "lib"), str(tmp_path / "ops")) == info
+    assert {p.name: p.read_text() for p in (tmp_path / "lib").iterdir()} == {
+        name: f"{name} of the first build" for name in _packaged._FILES}
+    (done / _packaged._API).unlink()
+    with pytest.raises(AssertionError, match="compiled again"):
+        _packaged.build_into(str(tmp_path / "lib2"), str(tmp_path / "ops"))
 
 
 def test_the_ops_are_compiled_without_wrapv():
