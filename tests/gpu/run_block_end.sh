@@ -28,7 +28,7 @@ for lib in new base ${AGAIN:+again}; do
 done
 [ -d build/spec_capi_new ] && rm -rf build/spec_capi && mv build/spec_capi_new build/spec_capi
 python3 - "$O" <<'PY'
-import json, sys
+import json, os, sys
 o = sys.argv[1]
 new, base = (json.load(open(f"{o}/families_{x}.json")) for x in ("new", "base"))
 print("copy", new["d2d_copy_gbs"], base["d2d_copy_gbs"], "GB/s")
@@ -41,7 +41,9 @@ for r in new["rows"]:
         continue
     print(*key(r), "|", r["plan_slot"], "|", r["ours_slot_us"], f'({r.get("slot_vs_best")})', "|", q["ours_slot_us"],
           f'({q.get("slot_vs_best")})', "|", round(r["ours_slot_us"] / q["ours_slot_us"], 3))
-for x in ("new", "base"):
+for x in ("new", "base", "again"):  # again: with AGAIN=1
+    if not os.path.exists(f"{o}/mixed_{x}.json"):
+        continue
     d = json.load(open(f"{o}/mixed_{x}.json"))
     print(x, [(r["family"], r["B"], r.get("ours_rule_us"), r.get("pct_copy_rule")) for r in d["rows"]])
 PY
