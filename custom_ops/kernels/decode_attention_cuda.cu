@@ -247,7 +247,12 @@ Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream
                            decode_plan::kMergeThreads, 0, 1, true, stream, p, splits, ws);
     }
     const int threads = static_cast<int>(std::min<int64_t>(256, (p.head_dim + 31) / 32 * 32));
-    PVT_RETURN_IF_ERROR(launch_kernel(merge_splits_kernel<T>, rows, threads, 0, 1, true, stream, p, splits, ws));
+    // As few splits a step as the plan has (fewer registers, more blocks an SM). Fixed splits keep kMergeChunk:
+    // their count follows kv_len, and a batch-invariant row must not depend on it (the fold's order would).
+    const auto merge = plan.split_keys > 0 || plan.splits > 8 ? merge_splits_kernel<T, kMergeChunk>
+                       : plan.splits > 4                      ? merge_splits_kernel<T, 8>
+                                                              : merge_splits_kernel<T, 4>;
+    PVT_RETURN_IF_ERROR(launch_kernel(merge, rows, threads, 0, 1, true, stream, p, splits, ws));
   }
   return Status::Ok();
 }

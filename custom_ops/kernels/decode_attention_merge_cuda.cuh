@@ -30,7 +30,10 @@ namespace decode_cuda {
 // load behind a branch per split waits out one L2 latency per split: under Nsight Compute 19 us for
 // 32 splits on the H200; block-wide reductions of m and then l between the loads cost three round
 // trips and four barriers: 3.3-5.2 us a merge against cuDNN's 1.9-2.8 for its own.)
-template <typename T>
+// N: splits a step (kMergeChunk, or fewer where the plan has fewer splits: a step's 3 N floats are registers, and
+// at N = 16 a block of 128 threads took 122 of them a thread, so that a batch's thousands of one-row blocks ran
+// in several waves; the launch in decode_attention_cuda.cu picks N).
+template <typename T, int N = kMergeChunk>
 __global__ void merge_splits_kernel(const DecodeAttentionParams p, const SplitCount all_splits, Workspace ws) {
   const int64_t g = blockIdx.x, D = p.head_dim;
   const int tq = static_cast<int>(p.q_len), hq = static_cast<int>(p.q_heads);  // grid limits checked
@@ -49,10 +52,10 @@ __global__ void merge_splits_kernel(const DecodeAttentionParams p, const SplitCo
   }
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float m = -INFINITY, l = 0.f, a = 0.f;
-    for (int64_t j0 = 0; j0 < splits; j0 += kMergeChunk) {
-      float mj[kMergeChunk], lj[kMergeChunk], aj[kMergeChunk];
+    for (int64_t j0 = 0; j0 < splits; j0 += N) {
+      float mj[N], lj[N], aj[N];
 #pragma unroll
-      for (int u = 0; u < kMergeChunk; ++u) {
+      for (int u = 0; u < N; ++u) {
         const int64_t j = j0 + u < splits ? j0 + u : splits - 1;  // in range: loads without a branch
         const int64_t at = j * rows_total + g;
         mj[u] = ws.ml[at * 2];

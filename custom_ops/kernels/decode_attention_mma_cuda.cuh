@@ -80,6 +80,16 @@ __device__ __forceinline__ int swz(int n, int c) {
   return n * CH + (c ^ (n & 7));
 }
 
+// 2^x as one MUFU.EX2, subnormal results flushed to 0. exp2f compiles to ex2.approx.f32 without .ftz, which
+// ptxas wraps in a range test and two multiplies for subnormal results; a softmax weight below 2^-126 adds
+// nothing to a float32 sum, so the plain instruction loses nothing (flash-attention builds with
+// --use_fast_math for the same instruction).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // One online-softmax step of one query row over a warp's 8 x N keys (16 in the key-slice kernels, a
 // whole K/V tile in the row-owning one), as a lane holds it: the lane's 2 x N scores of row `hi`
 // (s[nt][2 hi + j], key column nt * 8 + col0 + j), raw from the mma. Keys
@@ -91,26 +101,41 @@ template <int N, class KScale>
 __device__ __forceinline__ float online_softmax_row(float (&s)[N][4], int hi, int col0, int visible, float& m, float& l,
                                                     KScale kscale) {
   float mx = -INFINITY;
+  if (visible >= 8 * N) {  // every key of the slice visible (all but a split's last tile): no mask to test
 #pragma unroll
-  for (int nt = 0; nt < N; ++nt) {
+    for (int nt = 0; nt < N; ++nt) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      float& x = s[nt][2 * hi + j];
-      x = nt * 8 + col0 + j < visible ? x * kscale(nt, j) : -INFINITY;
-      mx = fmaxf(mx, x);
+      for (int j = 0; j < 2; ++j) {
+        float& x = s[nt][2 * hi + j];
+        x *= kscale(nt, j);
+        mx = fmaxf(mx, x);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < N; ++nt) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float& x = s[nt][2 * hi + j];
+        x = nt * 8 + col0 + j < visible ? x * kscale(nt, j) : -INFINITY;
+        mx = fmaxf(mx, x);
+      }
     }
   }
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // lanes 4r .. 4r + 3 share a row
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   const float m_new = fmaxf(m, mx);
-  const float c = m_new == -INFINITY ? 1.f : exp2f(m - m_new);
+  // A row that has seen nothing yet (m_new = -inf: every score so far masked) subtracts 0 instead, so its
+  // scores, all -inf, give exp2 = 0 without a test a score.
+  const float m_sub = m_new == -INFINITY ? 0.f : m_new;
+  const float c = exp2_ftz(m - m_sub);
   float sum = 0.f;
 #pragma unroll
   for (int nt = 0; nt < N; ++nt) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       float& x = s[nt][2 * hi + j];
-      x = m_new == -INFINITY ? 0.f : exp2f(x - m_new);
+      x = exp2_ftz(x - m_sub);
       sum += x;
     }
   }

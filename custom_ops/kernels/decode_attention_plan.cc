@@ -180,12 +180,29 @@ int choose_row_tiles(const DecodeAttentionParams& p, int64_t R, int64_t entries,
 // against 0.88-1.88, one group of 128 rows no better).
 constexpr int64_t kMmaRowsMinRows = 48, kMmaRowsMinContext = 8192, kMmaRowsMinKeys = 384;
 constexpr int kMmaRowsResident = 2;  // blocks an SM of the 4-warp instance at head_dim 64-128 (H200)
+// One-token decode (MQA) since its softmax issues one MUFU.EX2 a score and tests no mask on whole tiles
+// (2026-12-03, decode_attention_mma_cuda.cuh): the row-owning kernel on any 32+ rows a kv head, on a grid of 16+
+// (entry, kv head)s over 2k+ keys. H200, per-slot fp16, both kernels timed in one process (16:28 UTC, µs,
+// key-slice -> row-owning): Falcon 71/1 B=16 S=2k 15.98 -> 13.99 (8 warps), S=32k 112.45 -> 88.27, B=64 S=32k
+// 443.05 -> 328.57; StarCoder 48/1 B=16 S=2k 18.74 -> 14.90 (8), B=64 S=2k 43.78 -> 33.82 (4); MQA 32/1 B=16
+// S=8k 29.13 -> 28.41 (4), B=64 S=32k 283.77 -> 255.99 (4), B=16 S=2k 14.30 -> 14.12 (8). Its warps: one
+// group of up to 128 rows past 64 (Falcon: 4 warps made two groups of 64, the second 7 rows, 339.48 at B=64
+// S=32k), else 4 warps on a long or wide grid and 8 on a short narrow one (StarCoder B=16 S=2k 8 warps 14.90,
+// 4 warps 17.80; B=64 S=32k 8 warps 349.24, 4 warps 259.33). Smaller grids (B=1-4) were measured mixed (MQA
+// 32/1 B=4 S=32k 8 warps 29.83 against 28.76) and keep the rule below; Tq > 1 was not measured.
+constexpr int64_t kMmaRowsDecodeMinRows = 32, kMmaRowsDecodeMinEntries = 16, kMmaRowsDecodeMinContext = 2048;
 int choose_rows_warps(const DecodeAttentionParams& p, int64_t R, int64_t entries, int64_t sms) {
   const DecodeOptions& o = options_of(p);
   if (o.split_keys > 0 || o.mma_row_warps < 0 || o.balance > 0) return 0;  // balanced grids: the key-slice kernel
   if (o.mma_row_warps > 0) return o.mma_row_warps;
+  if (o.mma_row_tiles > 0) return 0;
+  if (p.q_len == 1 && R >= kMmaRowsDecodeMinRows && entries >= kMmaRowsDecodeMinEntries &&
+      p.kv_len >= kMmaRowsDecodeMinContext) {
+    const int w = R > 4 * kMmaMaxRows || (p.kv_len < kMmaRowsMinContext && entries < 64) ? 8 : 4;
+    if (mma_rows_instance_exists(static_cast<int>(p.head_dim), w)) return w;
+  }
   const int64_t groups = (R + 4 * kMmaMaxRows - 1) / (4 * kMmaMaxRows);
-  if (o.mma_row_tiles > 0 || R < kMmaRowsMinRows || 4 * R < 3 * groups * 4 * kMmaMaxRows || p.kv_len < kMmaRowsMinContext) {
+  if (R < kMmaRowsMinRows || 4 * R < 3 * groups * 4 * kMmaMaxRows || p.kv_len < kMmaRowsMinContext) {
     return 0;
   }
   const int64_t n = choose_splits(entries * groups, p.kv_len, sms * kMmaRowsResident, o.splits);

@@ -23,6 +23,7 @@ namespace mma {
 using decode_cuda::cp_async16;
 using decode_cuda::cp_async_commit;
 using decode_cuda::cp_async_wait;
+using decode_cuda::exp2_ftz;
 using decode_cuda::mma_16816;
 using decode_cuda::pack2;
 using decode_cuda::prime_pipeline;

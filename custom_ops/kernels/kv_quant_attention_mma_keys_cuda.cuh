@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
         r = fmaxf(r, __shfl_xor_sync(0xffffffffu, r, 8));
         r = fmaxf(r, __shfl_xor_sync(0xffffffffu, r, 16));
         const float m_new = fmaxf(m[jr], r);
-        const float c = m_new == -INFINITY ? 1.f : exp2f(m[jr] - m_new);
+        const float c = m_new == -INFINITY ? 1.f : exp2_ftz(m[jr] - m_new);
         lsum[jr] *= c;
         m[jr] = m_new;
         corr[jr] = c * cv;
@@ -210,12 +210,13 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
 #pragma unroll
     for (int jr = 0; jr < 2; ++jr) {
       float sum = 0.f;
+      const float m_sub = m[jr] == -INFINITY ? 0.f : m[jr];  // nothing seen yet: every x is -inf, exp2 gives 0
 #pragma unroll
       for (int mk = 0; mk < MK; ++mk) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float& x = s[mk][2 * h + jr];
-          x = m[jr] == -INFINITY ? 0.f : exp2f(x - m[jr]);
+          x = exp2_ftz(x - m_sub);
           sum += x;
         }
       }

@@ -11,7 +11,12 @@
 #     one key slice with keys must fail on its values.
 #   rowgroup: a split's partials stored at the first row group's workspace rows (row0 left out): the cases with
 #     more than one row group and more than one split, not in a cluster, must fail.
-# Usage: BREAK=wait|tq|weights|rowgroup bash tests/gpu/break_block.sh BUILD_DIR [cmake args...]
+# Its softmax (online_softmax_row):
+#   nomask: every slice taken as wholly visible, the mask never applied: the cases whose splits end inside a
+#     tile, or whose rows see fewer keys (causal Tq > 1), must fail.
+#   msub: a row that has seen nothing subtracts its -inf maximum (exp2(-inf + inf) = NaN): the cases with a
+#     row that sees no key of some slice before its first visible key (causal rows, rows past the group) must fail.
+# Usage: BREAK=wait|tq|weights|rowgroup|nomask|msub bash tests/gpu/break_block.sh BUILD_DIR [cmake args...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$1; shift
@@ -28,7 +33,10 @@ case "${BREAK:-}" in
                      'const float c = mx == -INFINITY ? 0.f : 1.f;' ;;
   rowgroup) edit_once "$k/decode_attention_merge_cuda.cuh" 'const int64_t g0 = (b * p.q_heads + hk * G) * Tq + st.row0;' \
                       'const int64_t g0 = (b * p.q_heads + hk * G) * Tq;' ;;
-  *) echo "break_block: BREAK must be wait, tq, weights or rowgroup; got '${BREAK:-}'" >&2; exit 2 ;;
+  nomask) edit_once "$k/decode_attention_mma_cuda.cuh" 'if (visible >= 8 * N) {' 'if (visible >= 0) {' ;;
+  msub) edit_once "$k/decode_attention_mma_cuda.cuh" 'const float m_sub = m_new == -INFINITY ? 0.f : m_new;' \
+                  'const float m_sub = m_new;' ;;
+  *) echo "break_block: BREAK must be wait, tq, weights, rowgroup, nomask or msub; got '${BREAK:-}'" >&2; exit 2 ;;
 esac
 build_copy "$build" test_decode_attention "$@"
 echo "broken copy ($BREAK) built: $build/test_decode_attention"

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 out=$1; shift
 mkdir -p "$out"
 cmake -S tests/native -B build/cuda-native -DPVT_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release -G Ninja "$@" > /dev/null
-cmake --build build/cuda-native -j2 --target test_decode_plan test_kv_quant_cuda
+cmake --build build/cuda-native -j"$(nproc)" --target test_decode_plan test_kv_quant_cuda
 source tests/gpu/broken_copy_lib.sh  # copy_sources, edit_once, build_copy
 build=build/cuda-broken-quant-keys
 copy_sources "$build"

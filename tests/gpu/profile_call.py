@@ -4,6 +4,7 @@ printed first. --sdpa cudnn|flash: then the same shape through that SDPA backend
 broadcast), so that one profile holds both.
 Usage: python3 tests/gpu/profile_call.py HQ HKV D B S [--calls N] [--row-tiles 1|2|4|8] [--row-warps -1|2|4|8]
        [--sdpa cudnn|flash] [--knob NAME=INT ...] (any DecodeOptions field, e.g. mma_warps=4 splits=16)
+       [--capi (the kernels from build/spec_capi/libpvt_spec.so, pvt_capi.py, instead of the torch extension)]
 """
 import sys
 
@@ -24,7 +25,11 @@ def main():
         if a == "--knob":
             name, value = sys.argv[i + 1].split("=")
             knobs[name] = int(value)
-    ext = build.load()
+    if "--capi" in sys.argv:
+        from pvt_capi import CApi
+        ext = CApi()
+    else:
+        ext = build.load()
     dt = torch.float16
     q = torch.randn(B, 1, hq, D, device="cuda", dtype=dt)
     k, v = (per_slot(torch.randn(B, hkv, S, D, device="cuda", dtype=dt), S + 64) for _ in range(2))

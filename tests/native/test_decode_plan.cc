@@ -161,16 +161,23 @@ const Case kCases[] = {
     {"gqa_b4_s512_no_fill", 1, 4, 512, 32, 8, 128, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 16, 1, 4, 128, 128, 0, 1, 8, 1, 1, 0, 1}, 1},
     {"gemma_b1_s512_splits4", 1, 1, 512, 8, 1, 256, 1, 1, 0, 0, "splits", 4, {1, 8, 32, 1, 16, 1, 4, 128, 8, 0, 1, 4, 1, 1, 0, 1}, 1},
     // The row-owning kernel (choose_rows_warps): 48-64 rows a kv head (4 warps, groups at least 3/4 full)
-    // over a long context with splits of at least 384 keys; not for short splits, 32 rows, Falcon's 71
-    // rows (two groups of 64), a short context; forced with mma_row_warps (any rows, 2, 4 or 8 warps).
+    // over a long context with splits of at least 384 keys; not for short splits, 32 rows at Tq > 1, a short
+    // context; one-token decode on 16+ (entry, kv head)s over 2k+ keys from 32 rows (MQA: 8 warps past 64 rows);
+    // forced with mma_row_warps (any rows, 2, 4 or 8 warps).
     {"rows_starcoder48_b16_s32k", 1, 16, 32768, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 16, 2048, 768, 0, 1, 4, 0, 1, 6389760, 0}, 4, 1},
     {"rows_starcoder48_b4_s32k", 1, 4, 32768, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 66, 497, 192, 0, 1, 4, 0, 1, 6589440, 0}, 4, 1},
     {"rows_starcoder48_b1_s32k_short_splits", 1, 1, 32768, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 3, 44, 745, 48, 0, 1, 8, 0, 1, 1098240, 1}, 1, 0},
-    {"rows_starcoder48_b64_s2k_short_context", 1, 64, 2048, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 32, 2, 1, 2048, 3072, 0, 1, 8, 0, 1, 0, 1}, 2, 0},
+    {"rows_starcoder48_b64_s2k_wide_decode", 1, 64, 2048, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 4, 512, 3072, 0, 1, 4, 0, 1, 6389760, 0}, 4, 1},
     {"rows_qwen2_tq8_b16_s8k", 1, 16, 8192, 28, 4, 128, 8, 1, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 4, 2048, 3584, 0, 1, 4, 0, 1, 7454720, 0}, 4, 1},
     {"rows_llama3_tq8_b16_s8k_32rows", 1, 16, 8192, 32, 8, 128, 8, 1, 0, 0, "", 0, {1, 8, 16, 1, 32, 1, 1, 8192, 4096, 0, 1, 8, 0, 1, 0, 1}, 2, 0},
-    {"rows_mqa32_b64_s32k_32rows", 1, 64, 32768, 32, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 32, 1, 2, 16384, 2048, 0, 1, 8, 0, 1, 2129920, 1}, 2, 0},
-    {"rows_falcon71_b16_s32k_part_empty", 1, 16, 32768, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 32, 3, 2, 16384, 1136, 0, 1, 8, 0, 1, 599808, 1}, 2, 0},
+    {"rows_mqa32_b64_s32k_32rows", 1, 64, 32768, 32, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 4, 8192, 2048, 0, 1, 4, 0, 1, 4259840, 0}, 4, 1},
+    {"rows_falcon71_b16_s32k_one_group", 1, 16, 32768, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 128, 1, 8, 4096, 1136, 0, 1, 8, 0, 1, 2399232, 1}, 8, 1},
+    // One-token decode over 32+ rows a kv head (choose_rows_warps' second rule): 8 warps on a short narrow grid,
+    // the key-slice kernel on a small grid (B x Hkv < 16), a short context or Tq > 1 (the 32-row Llama-3 above).
+    {"rows_decode_starcoder48_b16_s2k_w8", 1, 16, 2048, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 128, 1, 8, 256, 768, 0, 1, 8, 1, 1, 0, 1}, 8, 1},
+    {"rows_decode_falcon71_b64_s2k", 1, 64, 2048, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 128, 1, 2, 1024, 4544, 0, 1, 8, 1, 1, 0, 1}, 8, 1},
+    {"rows_decode_mqa32_b4_s32k_small_grid", 1, 4, 32768, 32, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 2, 16, 2048, 128, 0, 1, 8, 0, 1, 1064960, 1}, 1, 0},
+    {"rows_decode_falcon71_b16_s512_short", 1, 16, 512, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 1, 512, 1136, 0, 1, 8, 0, 1, 0, 1}, 1, 0},
     {"rows_forced_w8_falcon71", 1, 16, 32768, 71, 1, 64, 1, 1, 0, 0, "mma_row_warps", 8, {1, 8, 8, 1, 128, 1, 8, 4096, 1136, 0, 1, 8, 0, 1, 2399232, 1}, 8, 1},
     {"rows_forced_w2_mqa32", 2, 4, 2048, 32, 1, 128, 1, 0, 0, 0, "mma_row_warps", 2, {1, 8, 16, 1, 32, 1, 8, 256, 128, 0, 1, 2, 1, 1, 0, 1}, 2, 1},
     {"rows_never_starcoder48", 1, 16, 32768, 48, 1, 128, 1, 1, 0, 0, "mma_row_warps", -1, {1, 8, 16, 1, 32, 2, 4, 8192, 768, 0, 1, 8, 0, 1, 1597440, 1}, 2, 0},
