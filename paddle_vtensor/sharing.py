@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from . import _ops, api, errors
 from .errors import SlotError
-from .slots import LayerKV, SlotKVCache, _stream, _with_scales
+from .slots import LayerKV, SlotKVCache, _all_or_nothing, _stream, _with_scales
 
 
 def _int(value, name: str, where: str) -> int:
@@ -108,8 +108,8 @@ def reserve_for_write(cache, slot: int, tokens: int, write_from: int) -> None:
     caches = _caches_and_scales(cache, where)
     for c in caches:
         _info(c, where)
-    for c in caches:
-        _check(*_ops.c.slot_reserve_for_write(c.data_ptr(), s, n, w, _stream(c)), where)
+    # An int8 cache's scales, then its codes: a failure on the codes takes the scales' new rows back.
+    _all_or_nothing(caches, s, lambda c: _ops.c.slot_reserve_for_write(c.data_ptr(), s, n, w, _stream(c)), where)
 
 
 def sharing_info(cache) -> dict:

@@ -262,8 +262,27 @@ def reserve_slot(cache, slot: int, tokens: int) -> None:
     storage = _storage(cache, "reserve_slot")
     slot, tokens = _int("reserve_slot", "slot", slot, out_of_range=SlotError), _int("reserve_slot", "tokens", tokens,
                                                                                     out_of_range=SlotError)
-    for s in _with_scales(storage):  # an int8 cache's scales first: they are the smaller mapping
-        _check(*_ops.c.slot_reserve(s.data_ptr(), slot, tokens, _stream(s)), "reserve_slot")
+    _all_or_nothing(_with_scales(storage), slot, lambda s: _ops.c.slot_reserve(s.data_ptr(), slot, tokens, _stream(s)),
+                   "reserve_slot")
+
+
+def _all_or_nothing(caches: list, slot: int, reserve, where: str) -> None:
+    """reserve(c) -> (code, text) on each cache in order (an int8 cache's scales, then its codes); when
+    one fails, the reservations before it are taken back (pvt_slot_unreserve) so every cache holds the
+    slot's rows as before, and the error is raised."""
+    done = []
+    for i, c in enumerate(caches):
+        old = 0
+        if i + 1 < len(caches):  # what to go back to, should a later cache fail
+            info = _ops.c.slot_info(c.data_ptr())
+            n = info["num_slots"] if info else 0
+            old = int(_ops.c.slot_mapped_tokens(c.data_ptr(), n)[slot]) if 0 <= slot < n else 0
+        code, text = reserve(c)
+        if code:
+            for d, d_old in reversed(done):
+                _check(*_ops.c.slot_unreserve(d.data_ptr(), slot, d_old), where)
+            _check(code, text, where)
+        done.append((c, old))
 
 
 def _with_scales(storage: paddle.Tensor) -> list:

@@ -279,6 +279,16 @@ def _slot_attention(cache_seqlens):
                                cu_seqlens_q=[0, 1])
 
 
+def _write_into_shared_rows():
+    """Slot 0's first chunk shared into slot 1, then slot 0 writes its row 0 (no reserve_for_write)."""
+    k, v = _slot_cache(), _slot_cache()  # 32-byte rows: a slot of 8 rows is one 4 KiB chunk
+    for c in (k, v):
+        pvt.reserve_slot(c, 0, 8)
+    pvt.share_prefix((k, v), 0, 1, 8)
+    pvt.attention_with_kvcache(rand([1, 1, 8]), k, v, [0, 8], k_new=rand([1, 1, 8]), v_new=rand([1, 1, 8]),
+                               cu_seqlens_q=[0, 1], slot_ids=[0])
+
+
 def _past_reservation():
     cache = pvt.from_dense(rand([1, 2, 1, 8]), max_seq_len=2, chunk_bytes=4096)
     pvt.append(cache, rand([1, 1, 1, 8]))
@@ -430,8 +440,10 @@ README_CALLS = {
         lambda: pvt.attention_with_kvcache(_grad_q()[0], _slot_cache(), _slot_cache(), [0, 0], cu_seqlens_q=[0, 2])],
     "a token id outside the vocabulary": [
         lambda: pvt.generate_inflight(_tiny_llama(), [[3, 100]], 4, max_batch=1)],
-    "a slot-API mistake: a view of the cache, a slot id or length out of range": [
+    "a slot-API mistake: a view of the cache, a slot id or length out of range, a write into rows another slot "
+    "shares": [
         lambda: pvt.reserve_slot(_slot_cache()[1:], 0, 5),
+        _write_into_shared_rows,
         lambda: pvt.reserve_slot(_slot_cache(), 2**64, 5),
         lambda: pvt.attention_with_kvcache(rand([1, 1, 8]), _slot_cache(), _slot_cache(), [0, 0], cu_seqlens_q=[0, 1],
                                            slot_ids=[5])],

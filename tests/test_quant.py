@@ -330,6 +330,63 @@ def test_slot_caches_quantize_k_new_and_attend(kind, model_wide):
                                    cu_seqlens_q=np.int32([0, 1]), slot_ids=np.int32([2]))
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_slot_write_into_a_shared_prefix_is_refused_until_announced(kind):
+    """Codes and int8 scales alike: after share_prefix, a write below the shared prefix's end (a rollback)
+    is refused until reserve_for_write copied the chunk; the other slot's codes never change."""
+    rng = np.random.default_rng(9)
+    hkv, d = 2, 32  # 64-byte code rows: 64 a 4 KiB chunk
+    k, v = (pvt.slot_cache(2, 100, hkv, d, chunk_bytes=4096, cache_dtype=kind,
+                           scale=None if kind == "int8" else paddle.to_tensor([0.01, 0.02])) for _ in "kv")
+    lens = np.zeros(2, np.int32)
+
+    def write(count, slot=0):
+        q, kn = make([count, 4, d], "float32", rng), make([count, hkv, d], "float32", rng)
+        pvt.attention_with_kvcache(q, k, v, paddle.to_tensor(lens), k_new=kn, v_new=kn,
+                                   cu_seqlens_q=np.int32([0, count]), slot_ids=np.int32([slot]))
+        lens[slot] += count
+
+    def rows(slot, n):
+        out = [pvt.read_slot(c, slot, n).view(paddle.uint8).numpy().tobytes() for c in (k, v)]
+        return out + ([pvt.read_slot(pvt.cache_scale(c), slot, n).numpy().tobytes() for c in (k, v)]
+                      if kind == "int8" else [])
+
+    for c in (k, v):
+        pvt.reserve_slot(c, 0, 100)
+    write(90)
+    pvt.share_prefix((k, v), 0, 1, 80)
+    shared, own = rows(1, 80), rows(0, 90)
+    lens[0] = 30  # slot 0 rolls back into the chunk slot 1 maps too
+    with pytest.raises(pvt.SlotError, match=r"row 30 lies in a chunk another slot maps too.*reserve_for_write"):
+        write(4)
+    assert rows(0, 90) == own and rows(1, 80) == shared
+    pvt.reserve_for_write((k, v), 0, 34, 30)
+    write(4)
+    assert rows(1, 80) == shared and rows(0, 90)[0][:30 * hkv * d] == own[0][:30 * hkv * d]
+
+
+def test_int8_slot_reservations_out_of_memory_change_nothing():
+    """An int8 slot cache maps its scales, then its codes: when the codes run out of memory, the scales'
+    new rows are taken back (reserve_slot, reserve_for_write), so both hold what they held."""
+    k = pvt.slot_cache(2, 1000, 2, 32, chunk_bytes=4096, cache_dtype="int8")  # codes 64 B a row, scales 8
+    pvt.reserve_slot(k, 0, 10)
+    scales = pvt.cache_scale(k)
+    base = pvt.memory_stats("cpu")["mapped_bytes"]
+    pvt.set_mapped_limit(base + 4096, "cpu")  # room for the scales' next chunk, not for the codes' 14
+    try:
+        with pytest.raises(pvt.VTensorOutOfMemoryError, match="mapped-memory limit"):
+            pvt.reserve_slot(k, 0, 900)
+        with pytest.raises(pvt.VTensorOutOfMemoryError, match="mapped-memory limit"):
+            pvt.reserve_for_write(k, 0, 900, 5)
+    finally:
+        pvt.set_mapped_limit(0, "cpu")
+    for c in (k, scales):
+        assert pvt.slot_info(c)["mapped_tokens"].tolist() == [10, 0]
+    assert pvt.memory_stats("cpu")["mapped_bytes"] == base
+    pvt.reserve_slot(k, 0, 900)  # and with the memory there, both grow
+    assert pvt.slot_info(scales)["mapped_tokens"].tolist() == pvt.slot_info(k)["mapped_tokens"].tolist() == [900, 0]
+
+
 def test_slot_cache_scale_rules():
     with pytest.raises(ValueError, match="needs its scale"):
         pvt.slot_cache(2, 8, 2, 8, cache_dtype="float8_e4m3fn")

@@ -124,6 +124,25 @@ def test_copy_on_write_after_rollback():
     c.check()
 
 
+def test_a_write_into_shared_rows_is_refused_until_announced():
+    """A rollback below the shared prefix's end written without reserve_for_write would change the other
+    slot's rows: refused, nothing changed; announced, the page is copied first and the write goes in."""
+    c = Shared()
+    c.write(0, 90)
+    c.share(0, 1, 80)
+    c.lens[0] = 30  # slot 0 rolls back into its first page, which slot 1 maps too
+    before = snapshot(c)
+    with pytest.raises(SlotError, match=r"row 30 lies in a chunk another slot maps too.*reserve_for_write"):
+        c.write(0, 4)
+    assert snapshot(c) == before
+    c.check()
+    c.write(0, 4, write_from=30)
+    c.check()  # slot 1 still reads the old rows 30..33
+    c.lens[1] = 64  # slot 1's second page is its own copy (the prefix ended inside it): no announcement needed
+    c.write(1, 3)
+    c.check()
+
+
 def test_releases_in_either_order():
     for first, second in ((0, 1), (1, 0)):
         c = Shared()

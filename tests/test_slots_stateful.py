@@ -81,6 +81,12 @@ class SlotMachine(RuleBasedStateMachine):
             self.chunks[slot].append(self.next_chunk)
             self.next_chunk += 1
 
+    def shared(self, slot, start, end):
+        """Whether rows [start, end) of slot lie in a chunk another slot maps too."""
+        per = CHUNK // ROW
+        others = {c for s in range(SLOTS) if s != slot for c in self.chunks[s]}
+        return any(self.chunks[slot][i] in others for i in range(start // per, -(-end // per)))
+
     def randn(self, *shape):
         return self.rng.standard_normal(shape).astype(np.float32)
 
@@ -115,7 +121,8 @@ class SlotMachine(RuleBasedStateMachine):
         dst = data.draw(st.sampled_from([s for s in empty if s != src] or [src]))
         if dst == src:
             return
-        tokens = data.draw(st.integers(1, int(self.mapped[src])))
+        # Often every mapped row: past src's written length, so src's next write lands in shared rows.
+        tokens = data.draw(st.one_of(st.just(int(self.mapped[src])), st.integers(1, int(self.mapped[src]))))
         pvt.share_prefix((self.k, self.v), src, dst, tokens)
         for c in "kv":
             self.rows[c][dst, :tokens] = self.rows[c][src, :tokens]
@@ -145,9 +152,15 @@ class SlotMachine(RuleBasedStateMachine):
         causal = data.draw(st.booleans())
         cu = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         q, kn, vn = self.randn(cu[-1], HQ, D), self.randn(cu[-1], HKV, D), self.randn(cu[-1], HKV, D)
-        out = pvt.attention_with_kvcache(paddle.to_tensor(q), self.k, self.v, self.written.astype(np.int32),
-                                         k_new=paddle.to_tensor(kn), v_new=paddle.to_tensor(vn), cu_seqlens_q=cu,
-                                         slot_ids=np.int32(slots), causal=causal).numpy()
+        call = lambda: pvt.attention_with_kvcache(paddle.to_tensor(q), self.k, self.v, self.written.astype(np.int32),  # noqa: E731
+                                                  k_new=paddle.to_tensor(kn), v_new=paddle.to_tensor(vn),
+                                                  cu_seqlens_q=cu, slot_ids=np.int32(slots), causal=causal)
+        if any(self.shared(s, int(self.written[s]), int(self.written[s]) + n) for s, n in zip(slots, counts)):
+            # Rows another slot maps too (a prefix shared past this slot's length): the write would
+            # show there, so it is refused (reserve_for_write would make them private first).
+            self.refused(call, pvt.SlotError, match="reserve_for_write")
+            return
+        out = call().numpy()
         for b, (s, n) in enumerate(zip(slots, counts)):
             start = int(self.written[s])
             self.rows["k"][s, start:start + n] = kn[cu[b]:cu[b + 1]]

@@ -163,6 +163,16 @@ Status SlotCache::reserve(int64_t slot, int64_t tokens, void* /*stream: mapping 
   });
 }
 
+Status SlotCache::unreserve(int64_t slot, int64_t old) {
+  PVT_RETURN_IF_ERROR(check_slot(slot));
+  if (old < 0) return Status(Code::kInvalidArgument, "tokens must be >= 0, got " + std::to_string(old));
+  ahead_.wait_all();
+  std::unique_lock<std::shared_mutex> use(use_mu_);
+  std::lock_guard<std::mutex> lock(mu_);
+  unreserve_locked(slot, static_cast<int32_t>(std::min<int64_t>(old, shape_.max_seq_len)));
+  return Status::Ok();
+}
+
 Status SlotCache::reserve_locked(int64_t slot, int64_t tokens) {
   std::atomic<int32_t>& mapped = mapped_[static_cast<size_t>(slot)];
   if (tokens <= mapped) return Status::Ok();
@@ -415,6 +425,23 @@ Status SlotCache::share_prefix_locked(int64_t src, int64_t dst, int64_t tokens, 
   mapped_[static_cast<size_t>(dst)] = static_cast<int32_t>(tokens);
   ++version_;
   return Status::Ok();
+}
+
+int64_t SlotCache::first_shared_row(int64_t slot, int64_t from, int64_t to) const {
+  if (!check_slot(slot).ok() || from < 0 || from >= to) return -1;
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t cb = region_->chunk_bytes(), rb = static_cast<size_t>(shape_.row_bytes);
+  const size_t off = static_cast<size_t>(slot * shape_.slot_bytes());
+  const size_t first = (off + static_cast<size_t>(from) * rb) / cb;
+  const size_t end = (off + static_cast<size_t>(to) * rb + cb - 1) / cb;
+  for (size_t c = first; c < end; ++c) {
+    const PhysChunk* chunk = region_->phys_chunk(c);
+    if (chunk != nullptr && chunk->mappings.load() >= 2) {
+      // The first row with a byte in chunk c (past `first`, the chunk starts after row `from`'s first byte).
+      return c == first ? from : static_cast<int64_t>((c * cb - off) / rb);
+    }
+  }
+  return -1;
 }
 
 Status SlotCache::make_private(int64_t slot, int64_t from, int64_t to, void* stream) {

@@ -102,6 +102,12 @@ class SlotCache {
   // kOutOfRange for tokens > max_seq_len, kOutOfMemory when memory (or the limit) runs out.
   // Messages carry no caller prefix ("slot 9 is out of range [0, 4)"): the caller adds its name.
   Status reserve(int64_t slot, int64_t tokens, void* stream);
+  // Takes back reserve() calls that raised `slot` from `old` mapped tokens, for a caller whose
+  // companion reservation failed right after (an int8 cache's codes after its scales): the chunks
+  // they mapped that no other slot needs are unmapped at once (nothing may have used those rows),
+  // mapped_tokens back to `old`. Nothing happens when the slot holds `old` or fewer. Waits for the
+  // ops holding the cache, like release. kInvalidArgument for a bad slot or old < 0.
+  Status unreserve(int64_t slot, int64_t old);
   // reserve() of every (slots[i], tokens[i]) in order, all or nothing over the batch: on failure
   // every slot is as it was (the chunks the call mapped are unmapped again at once: nothing used
   // them yet). What the background mapper carries out (background_mapper.h). announced: the batch
@@ -143,6 +149,10 @@ class SlotCache {
   // the chunks already made private stay so (their bytes are the same); the rest stay shared.
   // kInvalidArgument for a bad slot or from < 0.
   Status make_private(int64_t slot, int64_t from, int64_t to, void* stream);
+  // The first row in [from, to) of `slot` that lies in a chunk another slot maps too, or -1. An op
+  // that writes those rows checks this first (on the host): a write there would show in the other
+  // slot, so it is refused until make_private copied the chunk. -1 as well for a bad slot.
+  int64_t first_shared_row(int64_t slot, int64_t from, int64_t to) const;
   // Unmap the slot's chunks that no other slot needs; mapped_tokens(slot) becomes 0. Waits for every
   // SlotCacheHold; the unmaps themselves wait for `stream` and every stream recorded with
   // record_use (work queued on them may still read the slot) without blocking: deferred until their

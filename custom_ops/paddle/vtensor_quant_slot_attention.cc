@@ -5,7 +5,7 @@
 //   KScale, VScale   int8: the scale slot caches (the codes' shape with head_dim 1, float32);
 //                    fp8: [Hkv] (one layer) or the same [L, 2, Hkv] twice (model-wide), float32
 //   CacheSeqlens, KNew, VNew, CuSeqlensQ, SlotIds, attrs: as vtensor_slot_attention (KNew/VNew float,
-//                    quantized into their slots' rows with the scales above; causal only)
+//                    quantized into their slots' rows with the scales above)
 //   Out              [total_q, Hq, D], Q's dtype
 // CPU only in this version: every length is checked on the host before anything is written.
 #include <algorithm>
@@ -57,6 +57,32 @@ void check_int32(const paddle::Tensor& t, const char* what, int64_t n, const phi
            dims_str(t.dims()));
 }
 
+// Non-causal (the varlen fields take no mask): one host call per sequence over its slot's
+// len + q_b keys with a broadcast all-true mask, as vtensor_slot_attention's host path does.
+std::vector<pvt::QuantAttentionParams> per_sequence_calls(const pvt::QuantAttentionParams& p, int64_t n,
+                                                          int64_t q_elem_bytes) {
+  static const bool kAttendAll = true;
+  const pvt::DecodeAttentionParams& a = p.attn;
+  std::vector<pvt::QuantAttentionParams> calls(static_cast<size_t>(n), p);
+  for (int64_t b = 0; b < n; ++b) {
+    pvt::QuantAttentionParams& c = calls[static_cast<size_t>(b)];
+    pvt::DecodeAttentionParams& e = c.attn;
+    const int64_t s = a.kv_batch_index[b], first = a.cu_seqlens_q[b], qb = a.cu_seqlens_q[b + 1] - first;
+    e.batch = 1, e.q_len = qb, e.kv_len = a.cache_seqlens[s] + qb;
+    e.q = static_cast<const char*>(a.q) + first * a.q_stride[1] * q_elem_bytes;
+    e.out = static_cast<char*>(a.out) + first * a.out_stride[1] * q_elem_bytes;
+    e.k = static_cast<const char*>(a.k) + s * a.k_stride[1];  // codes: strides count bytes
+    e.v = static_cast<const char*>(a.v) + s * a.v_stride[1];
+    e.k_stride[1] = e.v_stride[1] = 0;
+    e.cu_seqlens_q = nullptr, e.kv_batch_index = nullptr, e.cache_seqlens = nullptr, e.kv_mapped = nullptr;
+    e.mask = &kAttendAll, e.mask_type = pvt::ScalarType::kBool;
+    std::fill(e.mask_stride, e.mask_stride + 4, 0);
+    c.k_scale += s * p.k_scale_stride[1], c.v_scale += s * p.v_scale_stride[1];  // fp8: stride 0
+    c.k_scale_stride[1] = c.v_scale_stride[1] = 0;
+  }
+  return calls;
+}
+
 }  // namespace
 
 std::vector<paddle::Tensor> VTensorQuantSlotAttention(
@@ -75,7 +101,6 @@ std::vector<paddle::Tensor> VTensorQuantSlotAttention(
            ": pass one model-wide cache as both k_cache and v_cache, or two one-layer caches of one shape");
   PD_CHECK(place.GetType() == phi::AllocationType::CPU, kOp,
            ": 8-bit slot caches run on the CPU in this version (the GPU has the seq-major 8-bit caches)");
-  PD_CHECK(causal, kOp, ": 8-bit slot caches support causal=True only");
   PD_CHECK(q.dims().size() == 3, kOp, ": q must be packed [total_q, q_heads, head_dim], got ", dims_str(q.dims()));
   PD_CHECK(std::isfinite(scale), kOp, ": softmax_scale must be finite, got ", scale);
   const pvt::ScalarType qt = pvt::scalar_type_of(q.dtype(), kOp, "q");
@@ -158,6 +183,9 @@ std::vector<paddle::Tensor> VTensorQuantSlotAttention(
              " tokens but only ", mapped[static_cast<size_t>(s)], " are mapped (call reserve_slot first)");
     max_q = std::max<int64_t>(max_q, cu[b + 1] - cu[b]);
     max_k = std::max<int64_t>(max_k, need);
+    if (k_new) {  // codes and int8 scales: the new tokens' rows must be this slot's own
+      for (const auto& c : caches) pvt::check_private_rows(*c, s, lens[s], need, kOp);
+    }
   }
   paddle::Tensor out = paddle::empty({total, Hq, D}, q.dtype(), place);
   pvt::QuantAttentionParams p;
@@ -180,7 +208,9 @@ std::vector<paddle::Tensor> VTensorQuantSlotAttention(
     p.k_scale = kfp8, p.v_scale = vfp8;
     p.k_scale_stride[2] = p.v_scale_stride[2] = 1;
   }
-  pvt::throw_if_error(pvt::check_quant_attention_params(p), kOp);  // before the append writes
+  std::vector<pvt::QuantAttentionParams> calls = {p};
+  if (!causal) calls = per_sequence_calls(p, n, static_cast<int64_t>(phi::SizeOf(q.dtype())));
+  for (const auto& c : calls) pvt::throw_if_error(pvt::check_quant_attention_params(c), kOp);  // before the append writes
   if (k_new) {
     for (int kvi = 0; kvi < 2; ++kvi) {
       const View& c = kvi ? vv : kv;
@@ -207,7 +237,7 @@ std::vector<paddle::Tensor> VTensorQuantSlotAttention(
       }
     }
   }
-  pvt::throw_if_error(pvt::quant_attention_cpu(p), kOp);
+  for (const auto& c : calls) pvt::throw_if_error(pvt::quant_attention_cpu(c), kOp);
   return {out};
 }
 

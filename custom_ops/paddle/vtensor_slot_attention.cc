@@ -279,6 +279,13 @@ std::vector<paddle::Tensor> VTensorSlotAttention(
     std::vector<int32_t> mapped(static_cast<size_t>(kv.num_slots));
     for (int64_t s = 0; s < kv.num_slots; ++s) mapped[s] = std::min(kc->mapped_tokens(s), vc->mapped_tokens(s));
     check_host_lengths(pr, kv, ap.cu_seqlens, ap.slot_ids, ap.cache_seqlens, mapped);
+    if (k_new) {  // the new tokens' rows must be this slot's own (one check for a model-wide cache)
+      for (int64_t b = 0; b < n; ++b) {
+        const int64_t s = ap.slot_ids[b], at = ap.cache_seqlens[s], to = at + ap.cu_seqlens[b + 1] - ap.cu_seqlens[b];
+        pvt::check_private_rows(*kc, s, at, to, kOp);
+        if (vc != kc) pvt::check_private_rows(*vc, s, at, to, kOp);
+      }
+    }
     int32_t flag = 0;
     const std::vector<pvt::DecodeAttentionParams> calls = cpu_attention_calls(
         pr, kv, vv, q, out, ap.cu_seqlens, ap.slot_ids, ap.cache_seqlens, mapped, causal, &flag);

@@ -1,5 +1,5 @@
-// C entry points for the host decisions on a slot cache (reserve / release a slot, read its
-// bookkeeping). Not tensor ops: they move no data, and the scheduler calls them between steps.
+// C entry points for the host decisions on a slot cache (reserve / release a slot, take back a
+// reservation whose companion failed, read its bookkeeping). Not tensor ops: they move no data, and the scheduler calls them between steps.
 // Python reaches them with ctypes (paddle_vtensor/slots.py), keyed by the cache tensor's data pointer,
 // which must be the cache's base: a pointer inside it (a slice of the cache) is refused, as the ops
 // refuse such views. A pointer cannot tell a reshaped view from the cache: Python checks the tensor.
@@ -23,6 +23,12 @@ int pvt_slot_reserve(const void* ptr, int64_t slot, int64_t tokens, void* stream
   int code = 0;
   auto cache = find(ptr, err, err_len, &code);
   return cache ? report(cache->reserve(slot, tokens, stream), err, err_len) : code;
+}
+
+int pvt_slot_unreserve(const void* ptr, int64_t slot, int64_t tokens, char* err, int64_t err_len) {
+  int code = 0;
+  auto cache = find(ptr, err, err_len, &code);
+  return cache ? report(cache->unreserve(slot, tokens), err, err_len) : code;
 }
 
 int pvt_slot_release(const void* ptr, int64_t slot, void* stream, char* err, int64_t err_len) {

@@ -48,6 +48,14 @@ void refuse_slot_cache(const paddle::Tensor& t, const char* op, const char* what
            "of a slot cache is not mapped: use paddle_vtensor.attention_with_kvcache / read_slot on slot caches");
 }
 
+void check_private_rows(const SlotCache& cache, int64_t slot, int64_t from, int64_t to, const char* op) {
+  const int64_t row = cache.first_shared_row(slot, from, to);
+  PD_CHECK(row < 0, op, ": slot ", slot, " would write rows [", from, ", ", to, "), but row ", row,
+           " lies in a chunk another slot maps too (share_prefix), and the write would show there; announce "
+           "a write below a shared prefix's end with paddle_vtensor.reserve_for_write(cache, ", slot, ", tokens, ",
+           "write_from=", from, ") first");
+}
+
 SlotDeviceTensors slot_device_state(const std::shared_ptr<SlotCache>& cache, const phi::Place& place) {
   struct State {
     uint64_t version = ~uint64_t(0);

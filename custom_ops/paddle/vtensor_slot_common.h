@@ -38,6 +38,11 @@ std::shared_ptr<SlotCache> slot_cache_of(const paddle::Tensor& t, const char* op
 // slot cache is not mapped, so reading it whole faults.
 void refuse_slot_cache(const paddle::Tensor& t, const char* op, const char* what);
 
+// Throws when rows [from, to) of `slot` touch a chunk another slot maps too (share_prefix): a write
+// there would change that slot's rows. The host-side check of the ops that write new tokens (CPU);
+// reserve_for_write (SlotCache::make_private) makes such rows private first.
+void check_private_rows(const SlotCache& cache, int64_t slot, int64_t from, int64_t to, const char* op);
+
 // Device-side state of a cache on a GPU: kv_mapped (int32 [num_slots]) refreshed from the host
 // whenever reserve/release changed it, and error_flag (int32 [1]). Created on first use.
 struct SlotDeviceTensors {

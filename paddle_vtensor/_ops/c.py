@@ -49,6 +49,7 @@ _SIGNATURES = {
     "pvt_find_cache": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_I64)]),
     "pvt_slot_reserve": (ctypes.c_int, [ctypes.c_void_p, _I64, _I64, ctypes.c_void_p, ctypes.c_char_p, _I64]),
     "pvt_slot_release": (ctypes.c_int, [ctypes.c_void_p, _I64, ctypes.c_void_p, ctypes.c_char_p, _I64]),
+    "pvt_slot_unreserve": (ctypes.c_int, [ctypes.c_void_p, _I64, _I64, ctypes.c_char_p, _I64]),
     "pvt_slot_info": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_I64)]),
     "pvt_slot_share_prefix": (ctypes.c_int, [ctypes.c_void_p, _I64, _I64, _I64, ctypes.c_void_p, ctypes.c_char_p, _I64]),
     "pvt_slot_reserve_for_write": (ctypes.c_int, [ctypes.c_void_p, _I64, _I64, _I64, ctypes.c_void_p, ctypes.c_char_p,
@@ -191,6 +192,12 @@ def find_cache(ptr: int) -> dict | None:
 def slot_reserve(ptr: int, slot: int, tokens: int, stream: int | None) -> tuple[int, str]:
     err = ctypes.create_string_buffer(_ERR_LEN)
     code = _lib().pvt_slot_reserve(ctypes.c_void_p(ptr), slot, tokens, ctypes.c_void_p(stream), err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def slot_unreserve(ptr: int, slot: int, tokens: int) -> tuple[int, str]:
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = _lib().pvt_slot_unreserve(ctypes.c_void_p(ptr), slot, tokens, err, _ERR_LEN)
     return code, err.value.decode(errors="replace")
 
 

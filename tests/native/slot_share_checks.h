@@ -111,6 +111,18 @@ void check_share(Report& r, Backend* be, size_t cb, bool src_first) {
   f.want[dst] = f.want[src];
   std::string why;
   r.eq(c.mapped_tokens(dst), T, n + ".dst_mapped_tokens");
+  // first_shared_row: chunks 0 and 1 are shared; row `edge` holds chunk 1's last byte (and chunk 2's first).
+  const int64_t edge = static_cast<int64_t>(2 * cb - 1) / kRow, edge0 = static_cast<int64_t>(cb - 1) / kRow;
+  for (const int64_t s : {src, dst}) {
+    const std::string q = n + ".first_shared_row_" + (s == src ? "src" : "dst");
+    r.eq(c.first_shared_row(s, 0, T), 0, q + "_from_0");
+    r.eq(c.first_shared_row(s, 5, T), 5, q + "_from_5");
+    r.eq(c.first_shared_row(s, edge, T), edge, q + "_row_straddling_into_own_chunk");
+    r.eq(c.first_shared_row(s, edge + 1, T + 5), -1, q + "_own_chunk");
+    r.eq(c.first_shared_row(s, 5, 5), -1, q + "_empty_range");
+  }
+  r.eq(c.first_shared_row(1, 0, T), -1, n + ".first_shared_row_unmapped_slot");
+  r.eq(c.first_shared_row(9, 0, T), -1, n + ".first_shared_row_bad_slot");
   r.check(f.reads(dst, T, &why), n + ".dst_reads_src_prefix", why);
   // Physical memory: src's 3 chunks once, plus dst's copied chunk; the 2 aliases are shared bytes.
   r.eq(c.mapped_bytes(), 4 * cb, n + ".mapped_counts_shared_chunks_once");
@@ -134,6 +146,9 @@ void check_share(Report& r, Backend* be, size_t cb, bool src_first) {
   const size_t shared_before = c.shared_bytes(), mapped_before = c.mapped_bytes();
   r.ok(c.make_private(src, back, back + 4, nullptr), n + ".make_private");
   r.eq(c.shared_bytes(), shared_before - cb, n + ".cow_one_chunk_less_shared");
+  r.eq(c.first_shared_row(src, edge0, T), edge0, n + ".first_shared_row_chunk_0_still_shared");
+  r.eq(c.first_shared_row(src, edge0 + 1, T), -1, n + ".first_shared_row_chunk_1_private");
+  r.eq(c.first_shared_row(dst, edge0 + 1, T), -1, n + ".first_shared_row_chunk_1_private_in_dst_too");
   r.eq(c.mapped_bytes(), mapped_before + cb, n + ".cow_one_chunk_more_mapped");
   r.check(f.reads(src, T + 5, &why), n + ".cow_copy_holds_the_bytes", why);
   f.fill(src, back, back + 4, 4);
@@ -146,6 +161,7 @@ void check_share(Report& r, Backend* be, size_t cb, bool src_first) {
   const int64_t second_len = c.mapped_tokens(second);
   r.ok(c.release(first, nullptr), n + ".release_first");
   r.eq(c.shared_bytes(), 0, n + ".nothing_shared_after_one_release");
+  r.eq(c.first_shared_row(second, 0, second_len), -1, n + ".first_shared_row_none_after_one_release");
   r.check(f.reads(second, second_len, &why), n + ".other_slot_intact", why);
   r.ok(c.release(second, nullptr), n + ".release_second");
   r.eq(c.mapped_bytes(), 0, n + ".all_released");
@@ -273,6 +289,39 @@ void check_failures(Report& r, Backend* real, size_t cb) {
   f.cache.reset();
 }
 
+// unreserve: back to the rows held before, nothing else touched; a shared chunk stays for the other slot.
+template <typename Mem>
+void check_unreserve(Report& r, Backend* be, size_t cb) {
+  Fixture<Mem> f;
+  if (!f.make(r, be, cb, true, "unreserve")) return;
+  SlotCache& c = *f.cache;
+  const int64_t small = 5, big = static_cast<int64_t>(3 * cb) / kRow;
+  std::string why;
+  if (!r.ok(c.reserve(1, small, nullptr), "unreserve.reserve_small") || !r.check(f.fill(1, 0, small, 7), "unreserve.fill"))
+    return;
+  const State s0(c);
+  r.ok(c.reserve(1, big, nullptr), "unreserve.reserve_big");
+  r.ok(c.unreserve(1, small), "unreserve.back");
+  r.check(State(c) == s0, "unreserve.state_as_before");
+  r.check(f.reads(1, small, &why), "unreserve.rows_kept", why);
+  r.ok(c.unreserve(1, big), "unreserve.above_mapped_is_a_no_op");
+  r.check(State(c) == s0, "unreserve.no_op_state");
+  r.code(c.unreserve(9, 0), Code::kInvalidArgument, "unreserve.bad_slot");
+  r.code(c.unreserve(1, -1), Code::kInvalidArgument, "unreserve.negative");
+  r.check(State(c) == s0, "unreserve.refusals_change_nothing");
+  // dst's aliases of src's chunks: taken back from dst, kept for src.
+  if (!r.ok(c.reserve(0, big, nullptr), "unreserve.reserve_src") || !r.check(f.fill(0, 0, big, 8), "unreserve.fill_src"))
+    return;
+  const State s1(c);
+  if (!r.ok(c.share_prefix(0, 3, big, nullptr), "unreserve.share")) return;
+  r.ok(c.unreserve(3, 0), "unreserve.dst_to_0");
+  r.check(State(c) == s1, "unreserve.share_taken_back");
+  r.check(f.reads(0, big, &why), "unreserve.src_intact", why);
+  r.ok(c.release(0, nullptr), "unreserve.release_src");
+  r.ok(c.release(1, nullptr), "unreserve.release_1");
+  r.eq(c.mapped_bytes(), 0, "unreserve.all_released");
+}
+
 template <typename Mem>
 void run_all(Report& r, pvt::Device dev, size_t cb) {
   Backend* be = nullptr;
@@ -283,6 +332,7 @@ void run_all(Report& r, pvt::Device dev, size_t cb) {
   check_share_whole_chunks<Mem>(r, be, cb);
   check_refusals<Mem>(r, be, cb);
   check_failures<Mem>(r, be, cb);
+  check_unreserve<Mem>(r, be, cb);
 }
 
 }  // namespace share_test

@@ -1,0 +1,315 @@
+"""Issue 28 under a stateful property test: 8-bit slot caches (int8, float8_e4m3fn) against a numpy model.
+
+The state machine makes a K and a V slot cache of one 8-bit kind, then runs random sequences of
+reserve / release / share_prefix / rollback (reserve_for_write) / attention with k_new / attention on
+cached tokens, and bad calls of every kind, among them a write into rows another slot maps too (a prefix
+shared past the writer's length, not announced with reserve_for_write): refused, since it would change
+the other slot's rows. The model holds the float value of every token
+written to each slot; the codes and scales it expects come from tests/quant_reference.py (an encoder
+written apart from the C++ one). After every step the codes of every written row must match bit for
+bit, and so must an int8 cache's per-token scales, which live in a scale slot cache mapped exactly as
+the codes (shared and copied with them). Every attention output must match float64 numpy attention on
+the dequantized model. Every bad call must raise its class and leave codes, scales and mapped tokens of
+both caches as they were.
+
+CI runs a fixed, derandomized set of examples; ``PADDLE_VTENSOR_HYPOTHESIS_EXAMPLES=N`` runs N random
+ones (``--hypothesis-seed=S`` to repeat one).
+"""
+import numpy as np
+import pytest
+
+import paddle
+import paddle_vtensor as pvt
+from paddle_vtensor import _env
+from quant_reference import dequantize, quantize
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule  # noqa: E402
+
+SLOTS, S, HKV, HQ, D = 3, 160, 2, 4, 32
+CHUNK = 4096  # codes: 64 bytes a row, so a slot spans 3 chunks (64 rows each: sharing aliases whole ones and
+#               copies the one a prefix ends in); int8 scales: 8 bytes a row, one chunk a slot (always copied)
+ROWS_PER_CHUNK = CHUNK // (HKV * D)
+KINDS = ["int8", "float8_e4m3fn"]
+IN_DTYPES = ["float32", "float16", "bfloat16"]
+
+
+def as_bits(codes: paddle.Tensor) -> np.ndarray:
+    """Codes as integers: fp8 through a uint8 view (bit patterns, so NaN codes compare too)."""
+    return (codes.view(paddle.uint8) if codes.dtype == paddle.float8_e4m3fn else codes).numpy()
+
+
+def reference(q, k, v, before, causal):
+    """q [n, HQ, D] of one sequence over k/v [L, HKV, D] (float64): query t sees keys < before + t + 1,
+    or all of them when not causal."""
+    group = HQ // HKV
+    out = np.zeros(q.shape, np.float64)
+    for t in range(q.shape[0]):
+        keys = before + t + 1 if causal else k.shape[0]
+        for h in range(HQ):
+            s = k[:keys, h // group] @ q[t, h].astype(np.float64) / np.sqrt(D)
+            w = np.exp(s - s.max())
+            out[t, h] = (w / w.sum()) @ v[:keys, h // group]
+    return out
+
+
+class QuantSlotMachine(RuleBasedStateMachine):
+    @initialize(kind=st.sampled_from(KINDS), seed=st.integers(0, 2**31 - 1))
+    def create(self, kind, seed):
+        self.kind, self.rng = kind, np.random.default_rng(seed)
+        self.fp8 = {c: None if kind == "int8" else self.rng.uniform(0.002, 0.02, HKV).astype(np.float32) for c in "kv"}
+        self.k, self.v = (pvt.slot_cache(SLOTS, S, HKV, D, chunk_bytes=CHUNK, cache_dtype=kind,
+                                         scale=None if kind == "int8" else paddle.to_tensor(self.fp8[c]))
+                          for c in "kv")
+        self.rows = {c: np.zeros([SLOTS, S, HKV, D], np.float32) for c in "kv"}  # float values written
+        self.written = np.zeros(SLOTS, np.int64)  # rows of each slot written (the host's length)
+        self.mapped = np.zeros(SLOTS, np.int64)  # tokens mapped: the largest reserve since the last release
+        # Each slot's mapped code chunks as ids of physical chunks (one id in two slots: shared).
+        self.chunks = [[] for _ in range(SLOTS)]
+        self.next_chunk = 0
+
+    # ---- helpers
+
+    def caches(self):
+        return (("k", self.k), ("v", self.v))
+
+    def scales_of(self, cache):
+        return pvt.cache_scale(cache) if self.kind == "int8" else None
+
+    def snapshot(self):
+        """Codes and scales of every mapped row of both caches, and the mapped tokens (what a bad call
+        must not change)."""
+        snap = []
+        for _, c in self.caches():
+            for s in range(SLOTS):
+                snap.append(as_bits(pvt.read_slot(c, s, int(self.mapped[s]))).tobytes())
+                if self.kind == "int8":
+                    snap.append(pvt.read_slot(self.scales_of(c), s, int(self.mapped[s])).numpy().tobytes())
+            snap.append(pvt.slot_info(c)["mapped_tokens"].tobytes())
+        return snap
+
+    def refused(self, call, cls, match=None):
+        before = self.snapshot()
+        with pytest.raises(cls, match=match):
+            call()
+        assert self.snapshot() == before
+
+    def tokens(self, n, data):
+        """n new tokens [n, HKV, D] in a drawn dtype, sometimes with an outlier (fp8 saturates at
+        448 x scale; an int8 token's scale follows its amax); returned with their float32 values."""
+        dtype = data.draw(st.sampled_from(IN_DTYPES))
+        x = self.rng.standard_normal([n, HKV, D]).astype(np.float32)
+        if data.draw(st.booleans()):
+            x[self.rng.integers(n), self.rng.integers(HKV), self.rng.integers(D)] = 40.0 * self.rng.choice([-1, 1])
+        t = paddle.to_tensor(x).astype(dtype)
+        return t, t.astype("float32").numpy()
+
+    def grow(self, slot):
+        while len(self.chunks[slot]) * ROWS_PER_CHUNK < self.mapped[slot]:
+            self.chunks[slot].append(self.next_chunk)
+            self.next_chunk += 1
+
+    def shared(self, slot, start, end):
+        """Whether rows [start, end) of slot lie in a code chunk another slot maps too."""
+        others = {c for s in range(SLOTS) if s != slot for c in self.chunks[s]}
+        return any(self.chunks[slot][i] in others for i in range(start // ROWS_PER_CHUNK, -(-end // ROWS_PER_CHUNK)))
+
+    def dequantized(self, c, slot, length):
+        """The model's rows [0, length) of a slot as the cache must hold them, in float64."""
+        x = self.rows[c][slot, :length][None]
+        return dequantize(*quantize(x, self.kind, self.fp8[c]), self.kind)[0]
+
+    # ---- host decisions
+
+    @rule(slot=st.integers(0, SLOTS - 1), tokens=st.integers(0, S))
+    def reserve(self, slot, tokens):
+        for _, c in self.caches():
+            pvt.reserve_slot(c, slot, tokens)
+        self.mapped[slot] = max(self.mapped[slot], tokens)
+        self.grow(slot)
+
+    @rule(slot=st.integers(0, SLOTS - 1))
+    def release(self, slot):
+        for _, c in self.caches():
+            pvt.release_slot(c, slot)
+        self.mapped[slot] = self.written[slot] = 0
+        self.chunks[slot] = []
+        for c in "kv":
+            self.rows[c][slot] = 0
+
+    @rule(data=st.data())
+    def share(self, data):
+        """share_prefix of both caches: dst (empty) holds src's first `tokens` rows, codes and scales;
+        later writes to either never show in the other."""
+        sources = [s for s in range(SLOTS) if self.mapped[s] > 0]
+        empty = [s for s in range(SLOTS) if self.mapped[s] == 0]
+        if not sources or not empty:
+            return
+        src, dst = data.draw(st.sampled_from(sources)), data.draw(st.sampled_from(empty))
+        # Often every mapped row: past src's written length, so src's next write lands in shared rows.
+        tokens = data.draw(st.one_of(st.just(int(self.mapped[src])), st.integers(1, int(self.mapped[src]))))
+        pvt.share_prefix((self.k, self.v), src, dst, tokens)
+        for c in "kv":
+            self.rows[c][dst, :tokens] = self.rows[c][src, :tokens]
+        self.written[dst] = self.mapped[dst] = tokens
+        self.chunks[dst] = self.chunks[src][:tokens // ROWS_PER_CHUNK]
+        self.grow(dst)
+
+    @rule(data=st.data())
+    def rollback(self, data):
+        """The host lowers a slot's length (speculative rollback) and announces the rewrite with
+        reserve_for_write: rows below a shared prefix's end get private copies, codes and scales."""
+        have = [s for s in range(SLOTS) if self.written[s] > 0]
+        if not have:
+            return
+        slot = data.draw(st.sampled_from(have))
+        keep = data.draw(st.integers(0, int(self.written[slot]) - 1))
+        pvt.reserve_for_write((self.k, self.v), slot, int(self.mapped[slot]), keep)
+        self.written[slot] = keep  # rows past it still hold their codes, the next writes replace them
+        for i in range(keep // ROWS_PER_CHUNK, len(self.chunks[slot])):
+            if self.shared(slot, i * ROWS_PER_CHUNK, (i + 1) * ROWS_PER_CHUNK):  # a private copy now
+                self.chunks[slot][i] = self.next_chunk
+                self.next_chunk += 1
+
+    # ---- attention
+
+    @rule(data=st.data())
+    def attend_with_new_tokens(self, data):
+        room = [s for s in range(SLOTS) if self.mapped[s] > self.written[s]]
+        if not room:
+            return
+        slots = data.draw(st.lists(st.sampled_from(room), min_size=1, max_size=len(room), unique=True))
+        counts = [data.draw(st.integers(1, min(24, int(self.mapped[s] - self.written[s])))) for s in slots]
+        causal = data.draw(st.booleans())
+        cu = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        q = self.rng.standard_normal([cu[-1], HQ, D]).astype(np.float32)
+        (kn, kf), (vn, vf) = self.tokens(int(cu[-1]), data), self.tokens(int(cu[-1]), data)
+        call = lambda: pvt.attention_with_kvcache(paddle.to_tensor(q), self.k, self.v, self.written.astype(np.int32),  # noqa: E731
+                                                  k_new=kn, v_new=vn, cu_seqlens_q=cu, slot_ids=np.int32(slots),
+                                                  causal=causal)
+        if any(self.shared(s, int(self.written[s]), int(self.written[s]) + n) for s, n in zip(slots, counts)):
+            # Rows another slot maps too (the prefix was shared past this slot's length): a write
+            # would show there. Refused until reserve_for_write (the rollback rule) copies them.
+            self.refused(call, pvt.SlotError, match="reserve_for_write")
+            return
+        out = call().numpy()
+        for b, (s, n) in enumerate(zip(slots, counts)):
+            start = int(self.written[s])
+            self.rows["k"][s, start:start + n] = kf[cu[b]:cu[b + 1]]
+            self.rows["v"][s, start:start + n] = vf[cu[b]:cu[b + 1]]
+            self.written[s] += n
+            want = reference(q[cu[b]:cu[b + 1]], self.dequantized("k", s, start + n),
+                             self.dequantized("v", s, start + n), start, causal)
+            np.testing.assert_allclose(out[cu[b]:cu[b + 1]], want, rtol=2e-4, atol=2e-5)
+
+    @rule(data=st.data())
+    def attend_on_cached_tokens(self, data):
+        """No k_new: each sequence's queries are the last q_b of its slot's written tokens."""
+        have = [s for s in range(SLOTS) if self.written[s] > 0]
+        if not have:
+            return
+        slots = data.draw(st.lists(st.sampled_from(have), min_size=1, max_size=len(have), unique=True))
+        counts = [data.draw(st.integers(1, min(8, int(self.written[s])))) for s in slots]
+        cu = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        q = self.rng.standard_normal([cu[-1], HQ, D]).astype(np.float32)
+        out = pvt.attention_with_kvcache(paddle.to_tensor(q), self.k, self.v, self.written.astype(np.int32),
+                                         cu_seqlens_q=cu, slot_ids=np.int32(slots)).numpy()
+        for b, (s, n) in enumerate(zip(slots, counts)):
+            length = int(self.written[s])
+            want = reference(q[cu[b]:cu[b + 1]], self.dequantized("k", s, length), self.dequantized("v", s, length),
+                             length - n, True)
+            np.testing.assert_allclose(out[cu[b]:cu[b + 1]], want, rtol=2e-4, atol=2e-5)
+
+    # ---- bad calls: each raises its class, nothing changes
+
+    @rule(slot=st.integers(0, SLOTS - 1), extra=st.integers(1, 5))
+    def reserve_past_max_seq_len(self, slot, extra):
+        self.refused(lambda: pvt.reserve_slot(self.v, slot, S + extra), pvt.ReservationFullError)
+
+    @rule(bad=st.sampled_from([SLOTS, -1, 2**64, 2**63]), tokens=st.integers(0, S))
+    def reserve_bad_slot(self, bad, tokens):
+        self.refused(lambda: pvt.reserve_slot(self.k, bad, tokens), pvt.SlotError)
+
+    @rule(data=st.data())
+    def share_bad(self, data):
+        """Into a slot holding rows, from an empty one, with itself, past the source: nothing shared
+        in either cache (codes or scales)."""
+        src, dst = data.draw(st.integers(0, SLOTS - 1)), data.draw(st.integers(0, SLOTS - 1))
+        tokens = data.draw(st.integers(1, S))
+        if src != dst and self.mapped[dst] == 0 and tokens <= self.mapped[src]:
+            return  # a valid share (the rule above)
+        self.refused(lambda: pvt.share_prefix((self.k, self.v), src, dst, tokens), (pvt.SlotError, ValueError))
+
+    @rule(data=st.data(), bad=st.sampled_from(["unreserved", "slot_range", "slot_wraps", "duplicate", "int_tokens",
+                                               "heads", "head_dim", "v_missing", "slice", "float_cache",
+                                               "other_kind", "no_new_too_few"]))
+    def attend_bad(self, data, bad):
+        slot = data.draw(st.integers(0, SLOTS - 1))
+        n = 1 + int(self.mapped[slot] - self.written[slot]) if bad == "unreserved" else 1
+        lens = self.written.astype(np.int32)
+        args = dict(cu_seqlens_q=np.int32([0, n]), slot_ids=np.int32([slot]))
+        q = paddle.to_tensor(self.rng.standard_normal([n, HQ, D]).astype(np.float32))
+        kn = paddle.to_tensor(self.rng.standard_normal([n, HKV, D]).astype(np.float32))
+        new, k, v, cls = dict(k_new=kn, v_new=kn), self.k, self.v, (pvt.SlotError, ValueError)
+        if bad == "slot_range":
+            args["slot_ids"] = np.int32([SLOTS])
+        elif bad == "slot_wraps":  # an int64 id past int32 must not be cast onto another slot
+            args["slot_ids"] = np.int64([slot + 2**32])
+        elif bad == "duplicate":
+            args = dict(cu_seqlens_q=np.int32([0, 1, 2]), slot_ids=np.int32([slot, slot]))
+            q = paddle.concat([q, q])
+            new = dict(k_new=paddle.concat([kn, kn]), v_new=paddle.concat([kn, kn]))
+        elif bad == "int_tokens":  # nothing to quantize from
+            new["k_new"] = kn.astype("int32")
+        elif bad == "heads":
+            new["v_new"] = paddle.concat([kn, kn], axis=1)
+        elif bad == "head_dim":
+            new["k_new"] = kn[:, :, : D // 2]
+        elif bad == "v_missing":
+            new = dict(k_new=kn)
+        elif bad == "slice":  # a view of the codes has no scale
+            k = self.k[:2]
+        elif bad == "float_cache":
+            v = pvt.slot_cache(SLOTS, S, HKV, D, chunk_bytes=CHUNK)
+        elif bad == "other_kind":
+            other = "float8_e4m3fn" if self.kind == "int8" else "int8"
+            v = pvt.slot_cache(SLOTS, S, HKV, D, chunk_bytes=CHUNK, cache_dtype=other,
+                               scale=paddle.ones([HKV]) if other != "int8" else None)
+        elif bad == "no_new_too_few":  # more queries than the slot holds tokens
+            new, n = {}, int(self.written[slot]) + 1
+            q = paddle.to_tensor(self.rng.standard_normal([n, HQ, D]).astype(np.float32))
+            args["cu_seqlens_q"] = np.int32([0, n])
+        self.refused(lambda: pvt.attention_with_kvcache(q, k, v, lens, **new, **args), cls)
+
+    # ---- the model and the caches agree
+
+    @invariant()
+    def codes_and_scales_as_modelled(self):
+        if not hasattr(self, "k"):
+            return
+        for c, cache in self.caches():
+            info = pvt.slot_info(cache)["mapped_tokens"]
+            assert info.tolist() == self.mapped.tolist()
+            if self.kind == "int8":  # the scale slot cache is mapped as the codes
+                assert pvt.slot_info(self.scales_of(cache))["mapped_tokens"].tolist() == self.mapped.tolist()
+            for s in range(SLOTS):
+                n = int(self.written[s])
+                codes, scale = quantize(self.rows[c][s, :n][None], self.kind, self.fp8[c])
+                np.testing.assert_array_equal(as_bits(pvt.read_slot(cache, s, n)),
+                                              codes[0].view(np.uint8) if self.kind != "int8" else codes[0])
+                if self.kind == "int8":
+                    got = pvt.read_slot(self.scales_of(cache), s, n).numpy()[..., 0]
+                    np.testing.assert_array_equal(got, scale[0])
+
+    def teardown(self):
+        for name in ("k", "v"):
+            self.__dict__.pop(name, None)  # the caches go now, not at some gc
+
+
+_examples = _env.hypothesis_examples()
+QuantSlotMachine.TestCase.settings = settings(
+    max_examples=_examples or 200, stateful_step_count=40, derandomize=_examples is None, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much], database=None)
+TestQuantSlotMachine = QuantSlotMachine.TestCase
