@@ -27,6 +27,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule  # noqa: E402
+from slot_model import SlotChunks, draw_share, reference  # noqa: E402
 
 SLOTS, S, HKV, HQ, D = 3, 160, 2, 4, 32
 CHUNK = 4096  # codes: 64 bytes a row, so a slot spans 3 chunks (64 rows each: sharing aliases whole ones and
@@ -41,20 +42,6 @@ def as_bits(codes: paddle.Tensor) -> np.ndarray:
     return (codes.view(paddle.uint8) if codes.dtype == paddle.float8_e4m3fn else codes).numpy()
 
 
-def reference(q, k, v, before, causal):
-    """q [n, HQ, D] of one sequence over k/v [L, HKV, D] (float64): query t sees keys < before + t + 1,
-    or all of them when not causal."""
-    group = HQ // HKV
-    out = np.zeros(q.shape, np.float64)
-    for t in range(q.shape[0]):
-        keys = before + t + 1 if causal else k.shape[0]
-        for h in range(HQ):
-            s = k[:keys, h // group] @ q[t, h].astype(np.float64) / np.sqrt(D)
-            w = np.exp(s - s.max())
-            out[t, h] = (w / w.sum()) @ v[:keys, h // group]
-    return out
-
-
 class QuantSlotMachine(RuleBasedStateMachine):
     @initialize(kind=st.sampled_from(KINDS), seed=st.integers(0, 2**31 - 1))
     def create(self, kind, seed):
@@ -66,9 +53,7 @@ class QuantSlotMachine(RuleBasedStateMachine):
         self.rows = {c: np.zeros([SLOTS, S, HKV, D], np.float32) for c in "kv"}  # float values written
         self.written = np.zeros(SLOTS, np.int64)  # rows of each slot written (the host's length)
         self.mapped = np.zeros(SLOTS, np.int64)  # tokens mapped: the largest reserve since the last release
-        # Each slot's mapped code chunks as ids of physical chunks (one id in two slots: shared).
-        self.chunks = [[] for _ in range(SLOTS)]
-        self.next_chunk = 0
+        self.chunks = SlotChunks(SLOTS, ROWS_PER_CHUNK)  # which physical code chunk backs which rows
 
     # ---- helpers
 
@@ -106,16 +91,6 @@ class QuantSlotMachine(RuleBasedStateMachine):
         t = paddle.to_tensor(x).astype(dtype)
         return t, t.astype("float32").numpy()
 
-    def grow(self, slot):
-        while len(self.chunks[slot]) * ROWS_PER_CHUNK < self.mapped[slot]:
-            self.chunks[slot].append(self.next_chunk)
-            self.next_chunk += 1
-
-    def shared(self, slot, start, end):
-        """Whether rows [start, end) of slot lie in a code chunk another slot maps too."""
-        others = {c for s in range(SLOTS) if s != slot for c in self.chunks[s]}
-        return any(self.chunks[slot][i] in others for i in range(start // ROWS_PER_CHUNK, -(-end // ROWS_PER_CHUNK)))
-
     def dequantized(self, c, slot, length):
         """The model's rows [0, length) of a slot as the cache must hold them, in float64."""
         x = self.rows[c][slot, :length][None]
@@ -128,14 +103,14 @@ class QuantSlotMachine(RuleBasedStateMachine):
         for _, c in self.caches():
             pvt.reserve_slot(c, slot, tokens)
         self.mapped[slot] = max(self.mapped[slot], tokens)
-        self.grow(slot)
+        self.chunks.grow(slot, int(self.mapped[slot]))
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def release(self, slot):
         for _, c in self.caches():
             pvt.release_slot(c, slot)
         self.mapped[slot] = self.written[slot] = 0
-        self.chunks[slot] = []
+        self.chunks.release(slot)
         for c in "kv":
             self.rows[c][slot] = 0
 
@@ -143,19 +118,15 @@ class QuantSlotMachine(RuleBasedStateMachine):
     def share(self, data):
         """share_prefix of both caches: dst (empty) holds src's first `tokens` rows, codes and scales;
         later writes to either never show in the other."""
-        sources = [s for s in range(SLOTS) if self.mapped[s] > 0]
-        empty = [s for s in range(SLOTS) if self.mapped[s] == 0]
-        if not sources or not empty:
+        drawn = draw_share(data, self.mapped)
+        if drawn is None:
             return
-        src, dst = data.draw(st.sampled_from(sources)), data.draw(st.sampled_from(empty))
-        # Often every mapped row: past src's written length, so src's next write lands in shared rows.
-        tokens = data.draw(st.one_of(st.just(int(self.mapped[src])), st.integers(1, int(self.mapped[src]))))
+        src, dst, tokens = drawn
         pvt.share_prefix((self.k, self.v), src, dst, tokens)
         for c in "kv":
             self.rows[c][dst, :tokens] = self.rows[c][src, :tokens]
         self.written[dst] = self.mapped[dst] = tokens
-        self.chunks[dst] = self.chunks[src][:tokens // ROWS_PER_CHUNK]
-        self.grow(dst)
+        self.chunks.share(src, dst, tokens)
 
     @rule(data=st.data())
     def rollback(self, data):
@@ -168,10 +139,7 @@ class QuantSlotMachine(RuleBasedStateMachine):
         keep = data.draw(st.integers(0, int(self.written[slot]) - 1))
         pvt.reserve_for_write((self.k, self.v), slot, int(self.mapped[slot]), keep)
         self.written[slot] = keep  # rows past it still hold their codes, the next writes replace them
-        for i in range(keep // ROWS_PER_CHUNK, len(self.chunks[slot])):
-            if self.shared(slot, i * ROWS_PER_CHUNK, (i + 1) * ROWS_PER_CHUNK):  # a private copy now
-                self.chunks[slot][i] = self.next_chunk
-                self.next_chunk += 1
+        self.chunks.make_private(slot, keep)
 
     # ---- attention
 
@@ -189,7 +157,7 @@ class QuantSlotMachine(RuleBasedStateMachine):
         call = lambda: pvt.attention_with_kvcache(paddle.to_tensor(q), self.k, self.v, self.written.astype(np.int32),  # noqa: E731
                                                   k_new=kn, v_new=vn, cu_seqlens_q=cu, slot_ids=np.int32(slots),
                                                   causal=causal)
-        if any(self.shared(s, int(self.written[s]), int(self.written[s]) + n) for s, n in zip(slots, counts)):
+        if any(self.chunks.shared(s, int(self.written[s]), int(self.written[s]) + n) for s, n in zip(slots, counts)):
             # Rows another slot maps too (the prefix was shared past this slot's length): a write
             # would show there. Refused until reserve_for_write (the rollback rule) copies them.
             self.refused(call, pvt.SlotError, match="reserve_for_write")

@@ -22,24 +22,11 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule  # noqa: E402
+from slot_model import SlotChunks, draw_share, reference  # noqa: E402
 
 SLOTS, S, HKV, HQ, D = 3, 64, 2, 4, 16
 CHUNK = 4096
 ROW = HKV * D * 4  # bytes of one token row (float32): 128, so a slot is 8192 bytes = two chunks
-
-
-def reference(q, k_rows, v_rows, before, causal=True):
-    """Attention of sequence queries q [n, HQ, D] over k/v rows [L, HKV, D] (float64): query t sees
-    keys < before + t + 1 (all of them when not causal)."""
-    group = HQ // HKV
-    out = np.zeros(q.shape, np.float64)
-    for t in range(q.shape[0]):
-        keys = before + t + 1 if causal else k_rows.shape[0]
-        for h in range(HQ):
-            s = k_rows[:keys, h // group].astype(np.float64) @ q[t, h].astype(np.float64) / np.sqrt(D)
-            w = np.exp(s - s.max())
-            out[t, h] = (w / w.sum()) @ v_rows[:keys, h // group].astype(np.float64)
-    return out
 
 
 class SlotMachine(RuleBasedStateMachine):
@@ -53,11 +40,7 @@ class SlotMachine(RuleBasedStateMachine):
         self.mapped = np.zeros(SLOTS, np.int64)   # tokens mapped: the largest reserve since the last release
         self.baseline = pvt.memory_stats("cpu")["mapped_bytes"]  # anything else of this process
         self.baseline_shared = pvt.memory_stats("cpu")["shared_bytes"]
-        # Each slot's mapped chunks, as ids of physical chunks (the same id in two slots: one chunk
-        # mapped twice, by share_prefix). Slots start on a chunk, so a slot's n-th chunk holds its
-        # rows [n * CHUNK / ROW, (n + 1) * CHUNK / ROW).
-        self.chunks = [[] for _ in range(SLOTS)]
-        self.next_chunk = 0
+        self.chunks = SlotChunks(SLOTS, CHUNK // ROW)  # which physical chunk backs which rows
 
     # ---- helpers
 
@@ -75,18 +58,6 @@ class SlotMachine(RuleBasedStateMachine):
             call()
         assert (self.snapshot(), pvt.memory_stats("cpu")["mapped_bytes"]) == before
 
-    def grow(self, slot, tokens):
-        """The model of a reserve: fresh chunks up to the one holding row tokens - 1."""
-        while len(self.chunks[slot]) < -(-tokens * ROW // CHUNK):
-            self.chunks[slot].append(self.next_chunk)
-            self.next_chunk += 1
-
-    def shared(self, slot, start, end):
-        """Whether rows [start, end) of slot lie in a chunk another slot maps too."""
-        per = CHUNK // ROW
-        others = {c for s in range(SLOTS) if s != slot for c in self.chunks[s]}
-        return any(self.chunks[slot][i] in others for i in range(start // per, -(-end // per)))
-
     def randn(self, *shape):
         return self.rng.standard_normal(shape).astype(np.float32)
 
@@ -97,14 +68,14 @@ class SlotMachine(RuleBasedStateMachine):
         for _, c in self.caches():
             pvt.reserve_slot(c, slot, tokens)
         self.mapped[slot] = max(self.mapped[slot], tokens)
-        self.grow(slot, int(self.mapped[slot]))
+        self.chunks.grow(slot, int(self.mapped[slot]))
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def release(self, slot):
         for _, c in self.caches():
             pvt.release_slot(c, slot)
         self.mapped[slot] = self.written[slot] = 0
-        self.chunks[slot] = []
+        self.chunks.release(slot)
         for c in "kv":
             self.rows[c][slot] = 0
 
@@ -113,22 +84,15 @@ class SlotMachine(RuleBasedStateMachine):
         """share_prefix: dst (empty) sees src's first `tokens` mapped rows (unwritten ones read as zeros in
         both); whole chunks are the same physical chunks, the partial one a copy; later writes to either
         never show in the other."""
-        sources = [s for s in range(SLOTS) if self.mapped[s] > 0]
-        empty = [s for s in range(SLOTS) if self.mapped[s] == 0]
-        if not sources or not empty:
+        drawn = draw_share(data, self.mapped)
+        if drawn is None:
             return
-        src = data.draw(st.sampled_from(sources))
-        dst = data.draw(st.sampled_from([s for s in empty if s != src] or [src]))
-        if dst == src:
-            return
-        # Often every mapped row: past src's written length, so src's next write lands in shared rows.
-        tokens = data.draw(st.one_of(st.just(int(self.mapped[src])), st.integers(1, int(self.mapped[src]))))
+        src, dst, tokens = drawn
         pvt.share_prefix((self.k, self.v), src, dst, tokens)
         for c in "kv":
             self.rows[c][dst, :tokens] = self.rows[c][src, :tokens]
         self.written[dst] = self.mapped[dst] = tokens
-        self.chunks[dst] = self.chunks[src][:tokens * ROW // CHUNK]
-        self.grow(dst, tokens)
+        self.chunks.share(src, dst, tokens)
 
     @rule(data=st.data())
     def share_bad(self, data):
@@ -155,7 +119,7 @@ class SlotMachine(RuleBasedStateMachine):
         call = lambda: pvt.attention_with_kvcache(paddle.to_tensor(q), self.k, self.v, self.written.astype(np.int32),  # noqa: E731
                                                   k_new=paddle.to_tensor(kn), v_new=paddle.to_tensor(vn),
                                                   cu_seqlens_q=cu, slot_ids=np.int32(slots), causal=causal)
-        if any(self.shared(s, int(self.written[s]), int(self.written[s]) + n) for s, n in zip(slots, counts)):
+        if any(self.chunks.shared(s, int(self.written[s]), int(self.written[s]) + n) for s, n in zip(slots, counts)):
             # Rows another slot maps too (a prefix shared past this slot's length): the write would
             # show there, so it is refused (reserve_for_write would make them private first).
             self.refused(call, pvt.SlotError, match="reserve_for_write")
@@ -271,8 +235,7 @@ class SlotMachine(RuleBasedStateMachine):
     def mapped_as_modelled(self):
         if not hasattr(self, "k"):
             return
-        physical = len({c for chunks in self.chunks for c in chunks}) * CHUNK  # each chunk once
-        aliases = sum(len(chunks) for chunks in self.chunks) * CHUNK - physical
+        physical, aliases = (n * CHUNK for n in self.chunks.physical())
         for _, c in self.caches():
             info = pvt.slot_info(c)
             assert info["mapped_tokens"].tolist() == self.mapped.tolist()
