@@ -1,6 +1,7 @@
 """Issue 28 under a stateful property test: 8-bit slot caches (int8, float8_e4m3fn) against a numpy model.
 
-The state machine makes a K and a V slot cache of one 8-bit kind, then runs random sequences of
+The state machine makes a K and a V slot cache of one 8-bit kind (or one model-wide slot_kv_cache of
+two layers, attending at one), then runs random sequences of
 reserve / release / share_prefix / rollback (reserve_for_write) / attention with k_new / attention on
 cached tokens, and bad calls of every kind, among them a write into rows another slot maps too (a prefix
 shared past the writer's length, not announced with reserve_for_write): refused, since it would change
@@ -30,9 +31,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from slot_model import SlotChunks, draw_share, reference  # noqa: E402
 
 SLOTS, S, HKV, HQ, D = 3, 160, 2, 4, 32
-CHUNK = 4096  # codes: 64 bytes a row, so a slot spans 3 chunks (64 rows each: sharing aliases whole ones and
-#               copies the one a prefix ends in); int8 scales: 8 bytes a row, one chunk a slot (always copied)
-ROWS_PER_CHUNK = CHUNK // (HKV * D)
+LAYERS, LAYER = 2, 1  # the model-wide cache (slot_kv_cache): its layer 1 is attended, layer 0 only held
+CHUNK = 4096  # one-layer codes: 64 bytes a row, so a slot spans 3 chunks (64 rows each: sharing aliases whole
+#               ones and copies the one a prefix ends in); model-wide 256 bytes a row (16 a chunk); int8
+#               scales 8 or 32 bytes a row
 KINDS = ["int8", "float8_e4m3fn"]
 IN_DTYPES = ["float32", "float16", "bfloat16"]
 
@@ -43,31 +45,47 @@ def as_bits(codes: paddle.Tensor) -> np.ndarray:
 
 
 class QuantSlotMachine(RuleBasedStateMachine):
-    @initialize(kind=st.sampled_from(KINDS), seed=st.integers(0, 2**31 - 1))
-    def create(self, kind, seed):
-        self.kind, self.rng = kind, np.random.default_rng(seed)
+    @initialize(kind=st.sampled_from(KINDS), model_wide=st.booleans(), seed=st.integers(0, 2**31 - 1))
+    def create(self, kind, model_wide, seed):
+        self.kind, self.model_wide, self.rng = kind, model_wide, np.random.default_rng(seed)
         self.fp8 = {c: None if kind == "int8" else self.rng.uniform(0.002, 0.02, HKV).astype(np.float32) for c in "kv"}
-        self.k, self.v = (pvt.slot_cache(SLOTS, S, HKV, D, chunk_bytes=CHUNK, cache_dtype=kind,
-                                         scale=None if kind == "int8" else paddle.to_tensor(self.fp8[c]))
-                          for c in "kv")
+        if model_wide:  # one cache of every layer's K and V a token row; the ops see layer LAYER
+            scales = {} if kind == "int8" else {
+                f"{c}_scale": paddle.to_tensor(np.stack([self.fp8[c] * 3, self.fp8[c]])) for c in "kv"}
+            self.cache = pvt.slot_kv_cache(LAYERS, SLOTS, S, HKV, D, chunk_bytes=CHUNK, cache_dtype=kind, **scales)
+            self.k, self.v = self.cache.k(LAYER), self.cache.v(LAYER)
+            self.owners, self.pair, row = [self.cache], self.cache, LAYERS * 2 * HKV * D
+        else:
+            self.k, self.v = (pvt.slot_cache(SLOTS, S, HKV, D, chunk_bytes=CHUNK, cache_dtype=kind,
+                                             scale=None if kind == "int8" else paddle.to_tensor(self.fp8[c]))
+                              for c in "kv")
+            self.owners, self.pair, row = [self.k, self.v], (self.k, self.v), HKV * D
         self.rows = {c: np.zeros([SLOTS, S, HKV, D], np.float32) for c in "kv"}  # float values written
         self.written = np.zeros(SLOTS, np.int64)  # rows of each slot written (the host's length)
         self.mapped = np.zeros(SLOTS, np.int64)  # tokens mapped: the largest reserve since the last release
-        self.chunks = SlotChunks(SLOTS, ROWS_PER_CHUNK)  # which physical code chunk backs which rows
+        self.chunks = SlotChunks(SLOTS, CHUNK // row)  # which physical code chunk backs which rows
 
     # ---- helpers
 
     def caches(self):
         return (("k", self.k), ("v", self.v))
 
-    def scales_of(self, cache):
-        return pvt.cache_scale(cache) if self.kind == "int8" else None
+    @staticmethod
+    def scales_of(owner):
+        """An int8 cache's scale slot cache (of a one-layer cache or a SlotKVCache)."""
+        return pvt.cache_scale(owner.storage if isinstance(owner, pvt.SlotKVCache) else owner)
+
+    def scale_rows(self, kvi, slot, n):
+        """The int8 scales [n, HKV] of K (kvi 0) or V (1) at the attended layer."""
+        if self.model_wide:
+            return pvt.read_slot(self.scales_of(self.cache), slot, n).numpy()[:, LAYER, kvi, :, 0]
+        return pvt.read_slot(self.scales_of(self.owners[kvi]), slot, n).numpy()[..., 0]
 
     def snapshot(self):
-        """Codes and scales of every mapped row of both caches, and the mapped tokens (what a bad call
-        must not change)."""
+        """Codes and scales of every mapped row of the caches (every layer), and the mapped tokens (what a
+        bad call must not change)."""
         snap = []
-        for _, c in self.caches():
+        for c in self.owners:
             for s in range(SLOTS):
                 snap.append(as_bits(pvt.read_slot(c, s, int(self.mapped[s]))).tobytes())
                 if self.kind == "int8":
@@ -100,14 +118,14 @@ class QuantSlotMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1), tokens=st.integers(0, S))
     def reserve(self, slot, tokens):
-        for _, c in self.caches():
+        for c in self.owners:
             pvt.reserve_slot(c, slot, tokens)
         self.mapped[slot] = max(self.mapped[slot], tokens)
         self.chunks.grow(slot, int(self.mapped[slot]))
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def release(self, slot):
-        for _, c in self.caches():
+        for c in self.owners:
             pvt.release_slot(c, slot)
         self.mapped[slot] = self.written[slot] = 0
         self.chunks.release(slot)
@@ -122,7 +140,7 @@ class QuantSlotMachine(RuleBasedStateMachine):
         if drawn is None:
             return
         src, dst, tokens = drawn
-        pvt.share_prefix((self.k, self.v), src, dst, tokens)
+        pvt.share_prefix(self.pair, src, dst, tokens)
         for c in "kv":
             self.rows[c][dst, :tokens] = self.rows[c][src, :tokens]
         self.written[dst] = self.mapped[dst] = tokens
@@ -137,7 +155,7 @@ class QuantSlotMachine(RuleBasedStateMachine):
             return
         slot = data.draw(st.sampled_from(have))
         keep = data.draw(st.integers(0, int(self.written[slot]) - 1))
-        pvt.reserve_for_write((self.k, self.v), slot, int(self.mapped[slot]), keep)
+        pvt.reserve_for_write(self.pair, slot, int(self.mapped[slot]), keep)
         self.written[slot] = keep  # rows past it still hold their codes, the next writes replace them
         self.chunks.make_private(slot, keep)
 
@@ -194,11 +212,11 @@ class QuantSlotMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1), extra=st.integers(1, 5))
     def reserve_past_max_seq_len(self, slot, extra):
-        self.refused(lambda: pvt.reserve_slot(self.v, slot, S + extra), pvt.ReservationFullError)
+        self.refused(lambda: pvt.reserve_slot(self.owners[-1], slot, S + extra), pvt.ReservationFullError)
 
     @rule(bad=st.sampled_from([SLOTS, -1, 2**64, 2**63]), tokens=st.integers(0, S))
     def reserve_bad_slot(self, bad, tokens):
-        self.refused(lambda: pvt.reserve_slot(self.k, bad, tokens), pvt.SlotError)
+        self.refused(lambda: pvt.reserve_slot(self.owners[0], bad, tokens), pvt.SlotError)
 
     @rule(data=st.data())
     def share_bad(self, data):
@@ -208,7 +226,7 @@ class QuantSlotMachine(RuleBasedStateMachine):
         tokens = data.draw(st.integers(1, S))
         if src != dst and self.mapped[dst] == 0 and tokens <= self.mapped[src]:
             return  # a valid share (the rule above)
-        self.refused(lambda: pvt.share_prefix((self.k, self.v), src, dst, tokens), (pvt.SlotError, ValueError))
+        self.refused(lambda: pvt.share_prefix(self.pair, src, dst, tokens), (pvt.SlotError, ValueError))
 
     @rule(data=st.data(), bad=st.sampled_from(["unreserved", "slot_range", "slot_wraps", "duplicate", "int_tokens",
                                                "heads", "head_dim", "v_missing", "slice", "float_cache",
@@ -238,7 +256,8 @@ class QuantSlotMachine(RuleBasedStateMachine):
         elif bad == "v_missing":
             new = dict(k_new=kn)
         elif bad == "slice":  # a view of the codes has no scale
-            k = self.k[:2]
+            k = self.cache.storage[:2] if self.model_wide else self.k[:2]
+            v = self.cache.storage[:2] if self.model_wide else v
         elif bad == "float_cache":
             v = pvt.slot_cache(SLOTS, S, HKV, D, chunk_bytes=CHUNK)
         elif bad == "other_kind":
@@ -257,22 +276,21 @@ class QuantSlotMachine(RuleBasedStateMachine):
     def codes_and_scales_as_modelled(self):
         if not hasattr(self, "k"):
             return
-        for c, cache in self.caches():
-            info = pvt.slot_info(cache)["mapped_tokens"]
-            assert info.tolist() == self.mapped.tolist()
+        for owner in self.owners:
+            assert pvt.slot_info(owner)["mapped_tokens"].tolist() == self.mapped.tolist()
             if self.kind == "int8":  # the scale slot cache is mapped as the codes
-                assert pvt.slot_info(self.scales_of(cache))["mapped_tokens"].tolist() == self.mapped.tolist()
+                assert pvt.slot_info(self.scales_of(owner))["mapped_tokens"].tolist() == self.mapped.tolist()
+        for kvi, (c, cache) in enumerate(self.caches()):
             for s in range(SLOTS):
                 n = int(self.written[s])
                 codes, scale = quantize(self.rows[c][s, :n][None], self.kind, self.fp8[c])
                 np.testing.assert_array_equal(as_bits(pvt.read_slot(cache, s, n)),
                                               codes[0].view(np.uint8) if self.kind != "int8" else codes[0])
                 if self.kind == "int8":
-                    got = pvt.read_slot(self.scales_of(cache), s, n).numpy()[..., 0]
-                    np.testing.assert_array_equal(got, scale[0])
+                    np.testing.assert_array_equal(self.scale_rows(kvi, s, n), scale[0])
 
     def teardown(self):
-        for name in ("k", "v"):
+        for name in ("k", "v", "cache", "owners", "pair"):
             self.__dict__.pop(name, None)  # the caches go now, not at some gc
 
 
