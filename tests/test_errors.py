@@ -281,11 +281,11 @@ def _slot_attention(cache_seqlens):
 
 def _write_into_shared_rows():
     """Slot 0's first chunk shared into slot 1, then slot 0 writes its row 0 (no reserve_for_write)."""
-    k, v = _slot_cache(), _slot_cache()  # 32-byte rows: a slot of 8 rows is one 4 KiB chunk
+    k, v = (pvt.slot_cache(2, 256, 1, 8, chunk_bytes=4096) for _ in "kv")  # 32-byte rows: 128 a chunk
     for c in (k, v):
-        pvt.reserve_slot(c, 0, 8)
-    pvt.share_prefix((k, v), 0, 1, 8)
-    pvt.attention_with_kvcache(rand([1, 1, 8]), k, v, [0, 8], k_new=rand([1, 1, 8]), v_new=rand([1, 1, 8]),
+        pvt.reserve_slot(c, 0, 128)
+    pvt.share_prefix((k, v), 0, 1, 128)  # the whole first chunk: mapped in both slots
+    pvt.attention_with_kvcache(rand([1, 1, 8]), k, v, [0, 128], k_new=rand([1, 1, 8]), v_new=rand([1, 1, 8]),
                                cu_seqlens_q=[0, 1], slot_ids=[0])
 
 
