@@ -5,6 +5,8 @@ together; every bad input a ValueError with the cache unchanged."""
 import numpy as np
 import paddle
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import paddle_vtensor as pvt
 from quant_reference import dequantize, e4m3_decode, e4m3_encode, int8_encode, int8_scales, quantize
@@ -184,6 +186,60 @@ def test_attention_follows_in_place_appends():
         want = ref_attention(f64(q), dequantize(codes_of(k), scale_of(k), "int8"),
                              dequantize(codes_of(v), scale_of(v), "int8"))
         np.testing.assert_allclose(f64(pvt.decode_attention(q, k, v)), want, atol=ATOL["float32"], rtol=0)
+
+
+OPS = st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 7), st.integers(1, 6)),
+    st.tuples(st.just("one"), st.integers(0, 7), st.just(1)),
+    st.tuples(st.just("truncate"), st.integers(0, 7), st.integers(0, 40)),
+    st.tuples(st.just("attend"), st.integers(0, 7), st.integers(1, 3)),
+    st.tuples(st.just("drop"), st.integers(0, 7), st.just(0)),
+)
+
+
+# As test_properties.py for float caches: derandomized in CI, raise max_examples locally to search further.
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(KINDS), dtype=st.sampled_from(["float32", "float16", "bfloat16"]),
+       ops=st.lists(OPS, min_size=1, max_size=25), seed=st.integers(0, 2**16))
+def test_random_op_sequences_keep_every_live_cache_codes_and_scales(kind, dtype, ops, seed):
+    """append / reserve_one_token / truncate / attention / drop on any live 8-bit cache (appending to an
+    older one forks it): after every step each live cache holds the codes and scales of the float
+    tokens it saw, bit for bit, and attention reads them."""
+    rng = np.random.default_rng(seed)
+    b, h, d, fp8 = 2, 2, 8, np.float32([0.01, 0.03])
+
+    def tokens(t):
+        return paddle.to_tensor(rng.standard_normal([b, t, h, d]).astype(np.float32)).astype(dtype)
+
+    first = tokens(3)
+    scale = None if kind == "int8" else paddle.to_tensor(fp8)
+    live = [(pvt.from_dense(first, max_seq_len=48, chunk_bytes=4096, cache_dtype=kind, scale=scale),
+             first.astype("float32").numpy())]
+    for op, pick, n in ops:
+        if not live:
+            break
+        cache, ref = live[pick % len(live)]
+        if op in ("append", "one"):
+            if ref.shape[1] + n > 48:
+                continue
+            new = tokens(n)
+            out = pvt.append(cache, new) if op == "append" else pvt.reserve_one_token(cache, new)
+            live.append((out, np.concatenate([ref, new.astype("float32").numpy()], axis=1)))
+        elif op == "truncate":
+            keep = n % (ref.shape[1] + 1)
+            live.append((pvt.truncate(cache, keep), ref[:, :keep]))
+        elif op == "attend" and ref.shape[1] >= n:  # n query tokens over the cache as K and as V
+            q = make([b, n, 4, d], "float32", rng)
+            kd = dequantize(*quantize(ref, kind, None if kind == "int8" else fp8), kind)
+            np.testing.assert_allclose(f64(pvt.decode_attention(q, cache, cache)), ref_attention(f64(q), kd, kd),
+                                       atol=ATOL["float32"], rtol=0)
+        elif op == "drop":
+            live.pop(pick % len(live))
+        for c, r in live:  # no operation may change what any live cache holds
+            codes, scales = quantize(r, kind, None if kind == "int8" else fp8)
+            assert c.shape == list(r.shape)
+            np.testing.assert_array_equal(codes_of(c), codes.view(np.uint8) if kind != "int8" else codes)
+            np.testing.assert_array_equal(scale_of(c), scales)
 
 
 # ---- bad input: a ValueError naming it, the cache byte-identical afterwards.
