@@ -273,10 +273,9 @@ def _all_or_nothing(caches: list, slot: int, reserve, where: str) -> None:
     done = []
     for i, c in enumerate(caches):
         old = 0
-        if i + 1 < len(caches):  # what to go back to, should a later cache fail
-            info = _ops.c.slot_info(c.data_ptr())
-            n = info["num_slots"] if info else 0
-            old = int(_ops.c.slot_mapped_tokens(c.data_ptr(), n)[slot]) if 0 <= slot < n else 0
+        if i + 1 < len(caches):  # what to go back to, should a later cache fail (a bad slot fails first)
+            mapped = slot_info(c)["mapped_tokens"]
+            old = int(mapped[slot]) if 0 <= slot < len(mapped) else 0
         code, text = reserve(c)
         if code:
             for d, d_old in reversed(done):

@@ -1,5 +1,6 @@
 // C entry points for the host decisions on a slot cache (reserve / release a slot, take back a
-// reservation whose companion failed, read its bookkeeping). Not tensor ops: they move no data, and the scheduler calls them between steps.
+// reservation whose companion failed, read its bookkeeping). Not tensor ops: they move no data, and
+// the scheduler calls them between steps.
 // Python reaches them with ctypes (paddle_vtensor/slots.py), keyed by the cache tensor's data pointer,
 // which must be the cache's base: a pointer inside it (a slice of the cache) is refused, as the ops
 // refuse such views. A pointer cannot tell a reshaped view from the cache: Python checks the tensor.
