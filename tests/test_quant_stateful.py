@@ -27,8 +27,8 @@ from quant_reference import dequantize, quantize
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule  # noqa: E402
-from slot_model import SlotChunks, draw_share, reference  # noqa: E402
+from hypothesis.stateful import initialize, invariant, rule  # noqa: E402
+from slot_model import SlotChunks, SlotStateMachine, reference  # noqa: E402
 
 SLOTS, S, HKV, HQ, D = 3, 160, 2, 4, 32
 LAYERS, LAYER = 2, 1  # the model-wide cache (slot_kv_cache): its layer 1 is attended, layer 0 only held
@@ -44,7 +44,7 @@ def as_bits(codes: paddle.Tensor) -> np.ndarray:
     return (codes.view(paddle.uint8) if codes.dtype == paddle.float8_e4m3fn else codes).numpy()
 
 
-class QuantSlotMachine(RuleBasedStateMachine):
+class QuantSlotMachine(SlotStateMachine):  # reserve, release, share, rollback and their bad calls: slot_model.py
     @initialize(kind=st.sampled_from(KINDS), model_wide=st.booleans(), seed=st.integers(0, 2**31 - 1))
     def create(self, kind, model_wide, seed):
         self.kind, self.model_wide, self.rng = kind, model_wide, np.random.default_rng(seed)
@@ -64,6 +64,7 @@ class QuantSlotMachine(RuleBasedStateMachine):
         self.written = np.zeros(SLOTS, np.int64)  # rows of each slot written (the host's length)
         self.mapped = np.zeros(SLOTS, np.int64)  # tokens mapped: the largest reserve since the last release
         self.chunks = SlotChunks(SLOTS, CHUNK // row)  # which physical code chunk backs which rows
+        self.max_seq = S
 
     # ---- helpers
 
@@ -114,71 +115,21 @@ class QuantSlotMachine(RuleBasedStateMachine):
         x = self.rows[c][slot, :length][None]
         return dequantize(*quantize(x, self.kind, self.fp8[c]), self.kind)[0]
 
-    # ---- host decisions
-
-    @rule(slot=st.integers(0, SLOTS - 1), tokens=st.integers(0, S))
-    def reserve(self, slot, tokens):
-        for c in self.owners:
-            pvt.reserve_slot(c, slot, tokens)
-        self.mapped[slot] = max(self.mapped[slot], tokens)
-        self.chunks.grow(slot, int(self.mapped[slot]))
-
-    @rule(slot=st.integers(0, SLOTS - 1))
-    def release(self, slot):
-        for c in self.owners:
-            pvt.release_slot(c, slot)
-        self.mapped[slot] = self.written[slot] = 0
-        self.chunks.release(slot)
-        for c in "kv":
-            self.rows[c][slot] = 0
-
-    @rule(data=st.data())
-    def share(self, data):
-        """share_prefix of both caches: dst (empty) holds src's first `tokens` rows, codes and scales;
-        later writes to either never show in the other."""
-        drawn = draw_share(data, self.mapped)
-        if drawn is None:
-            return
-        src, dst, tokens = drawn
-        pvt.share_prefix(self.pair, src, dst, tokens)
-        for c in "kv":
-            self.rows[c][dst, :tokens] = self.rows[c][src, :tokens]
-        self.written[dst] = self.mapped[dst] = tokens
-        self.chunks.share(src, dst, tokens)
-
-    @rule(data=st.data())
-    def rollback(self, data):
-        """The host lowers a slot's length (speculative rollback) and announces the rewrite with
-        reserve_for_write: rows below a shared prefix's end get private copies, codes and scales."""
-        have = [s for s in range(SLOTS) if self.written[s] > 0]
-        if not have:
-            return
-        slot = data.draw(st.sampled_from(have))
-        keep = data.draw(st.integers(0, int(self.written[slot]) - 1))
-        pvt.reserve_for_write(self.pair, slot, int(self.mapped[slot]), keep)
-        self.written[slot] = keep  # rows past it still hold their codes, the next writes replace them
-        self.chunks.make_private(slot, keep)
-
     # ---- attention
 
     @rule(data=st.data())
     def attend_with_new_tokens(self, data):
-        room = [s for s in range(SLOTS) if self.mapped[s] > self.written[s]]
-        if not room:
+        drawn = self.draw_writes(data, most=24)
+        if drawn is None:
             return
-        slots = data.draw(st.lists(st.sampled_from(room), min_size=1, max_size=len(room), unique=True))
-        counts = [data.draw(st.integers(1, min(24, int(self.mapped[s] - self.written[s])))) for s in slots]
+        slots, counts, cu = drawn
         causal = data.draw(st.booleans())
-        cu = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         q = self.rng.standard_normal([cu[-1], HQ, D]).astype(np.float32)
         (kn, kf), (vn, vf) = self.tokens(int(cu[-1]), data), self.tokens(int(cu[-1]), data)
         call = lambda: pvt.attention_with_kvcache(paddle.to_tensor(q), self.k, self.v, self.written.astype(np.int32),  # noqa: E731
                                                   k_new=kn, v_new=vn, cu_seqlens_q=cu, slot_ids=np.int32(slots),
                                                   causal=causal)
-        if any(self.chunks.shared(s, int(self.written[s]), int(self.written[s]) + n) for s, n in zip(slots, counts)):
-            # Rows another slot maps too (the prefix was shared past this slot's length): a write
-            # would show there. Refused until reserve_for_write (the rollback rule) copies them.
-            self.refused(call, pvt.SlotError, match="reserve_for_write")
+        if self.refused_as_shared(slots, counts, call):
             return
         out = call().numpy()
         for b, (s, n) in enumerate(zip(slots, counts)):
@@ -193,12 +144,10 @@ class QuantSlotMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def attend_on_cached_tokens(self, data):
         """No k_new: each sequence's queries are the last q_b of its slot's written tokens."""
-        have = [s for s in range(SLOTS) if self.written[s] > 0]
-        if not have:
+        drawn = self.draw_reads(data, most=8)
+        if drawn is None:
             return
-        slots = data.draw(st.lists(st.sampled_from(have), min_size=1, max_size=len(have), unique=True))
-        counts = [data.draw(st.integers(1, min(8, int(self.written[s])))) for s in slots]
-        cu = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        slots, counts, cu = drawn
         q = self.rng.standard_normal([cu[-1], HQ, D]).astype(np.float32)
         out = pvt.attention_with_kvcache(paddle.to_tensor(q), self.k, self.v, self.written.astype(np.int32),
                                          cu_seqlens_q=cu, slot_ids=np.int32(slots)).numpy()
@@ -209,24 +158,6 @@ class QuantSlotMachine(RuleBasedStateMachine):
             np.testing.assert_allclose(out[cu[b]:cu[b + 1]], want, rtol=2e-4, atol=2e-5)
 
     # ---- bad calls: each raises its class, nothing changes
-
-    @rule(slot=st.integers(0, SLOTS - 1), extra=st.integers(1, 5))
-    def reserve_past_max_seq_len(self, slot, extra):
-        self.refused(lambda: pvt.reserve_slot(self.owners[-1], slot, S + extra), pvt.ReservationFullError)
-
-    @rule(bad=st.sampled_from([SLOTS, -1, 2**64, 2**63]), tokens=st.integers(0, S))
-    def reserve_bad_slot(self, bad, tokens):
-        self.refused(lambda: pvt.reserve_slot(self.owners[0], bad, tokens), pvt.SlotError)
-
-    @rule(data=st.data())
-    def share_bad(self, data):
-        """Into a slot holding rows, from an empty one, with itself, past the source: nothing shared
-        in either cache (codes or scales)."""
-        src, dst = data.draw(st.integers(0, SLOTS - 1)), data.draw(st.integers(0, SLOTS - 1))
-        tokens = data.draw(st.integers(1, S))
-        if src != dst and self.mapped[dst] == 0 and tokens <= self.mapped[src]:
-            return  # a valid share (the rule above)
-        self.refused(lambda: pvt.share_prefix(self.pair, src, dst, tokens), (pvt.SlotError, ValueError))
 
     @rule(data=st.data(), bad=st.sampled_from(["unreserved", "slot_range", "slot_wraps", "duplicate", "int_tokens",
                                                "heads", "head_dim", "v_missing", "slice", "float_cache",

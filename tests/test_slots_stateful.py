@@ -1,7 +1,9 @@
 """Issue 25 point 7: a stateful property test of the slot API against a plain numpy model of the slots.
 
 The state machine makes a K and a V slot cache, then runs random sequences of reserve / release /
-attention with and without k_new / read_slot and bad calls of every kind. The model holds what each
+share_prefix / rollback (reserve_for_write) / attention with and without k_new / read_slot and bad calls
+of every kind (the host decisions and their bad calls live in slot_model.py, shared with the 8-bit
+machine of test_quant_stateful.py). The model holds what each
 slot's rows must contain, how many tokens each slot has mapped (the largest reserve since its last
 release) and so the mapped bytes (each slot is two whole chunks here: ceil(tokens * row / chunk)
 chunks). After every step the caches must match it (slot_info, memory_stats, read_slot), every
@@ -21,15 +23,15 @@ from paddle_vtensor import _env
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule  # noqa: E402
-from slot_model import SlotChunks, draw_share, reference  # noqa: E402
+from hypothesis.stateful import initialize, invariant, rule  # noqa: E402
+from slot_model import SlotChunks, SlotStateMachine, reference  # noqa: E402
 
 SLOTS, S, HKV, HQ, D = 3, 64, 2, 4, 16
 CHUNK = 4096
 ROW = HKV * D * 4  # bytes of one token row (float32): 128, so a slot is 8192 bytes = two chunks
 
 
-class SlotMachine(RuleBasedStateMachine):
+class SlotMachine(SlotStateMachine):  # reserve, release, share, rollback and their bad calls: slot_model.py
     @initialize(seed=st.integers(0, 2**31 - 1))
     def create(self, seed):
         self.rng = np.random.default_rng(seed)
@@ -41,6 +43,7 @@ class SlotMachine(RuleBasedStateMachine):
         self.baseline = pvt.memory_stats("cpu")["mapped_bytes"]  # anything else of this process
         self.baseline_shared = pvt.memory_stats("cpu")["shared_bytes"]
         self.chunks = SlotChunks(SLOTS, CHUNK // ROW)  # which physical chunk backs which rows
+        self.owners, self.pair, self.max_seq = [self.k, self.v], (self.k, self.v), S
 
     # ---- helpers
 
@@ -61,68 +64,20 @@ class SlotMachine(RuleBasedStateMachine):
     def randn(self, *shape):
         return self.rng.standard_normal(shape).astype(np.float32)
 
-    # ---- host decisions
-
-    @rule(slot=st.integers(0, SLOTS - 1), tokens=st.integers(0, S))
-    def reserve(self, slot, tokens):
-        for _, c in self.caches():
-            pvt.reserve_slot(c, slot, tokens)
-        self.mapped[slot] = max(self.mapped[slot], tokens)
-        self.chunks.grow(slot, int(self.mapped[slot]))
-
-    @rule(slot=st.integers(0, SLOTS - 1))
-    def release(self, slot):
-        for _, c in self.caches():
-            pvt.release_slot(c, slot)
-        self.mapped[slot] = self.written[slot] = 0
-        self.chunks.release(slot)
-        for c in "kv":
-            self.rows[c][slot] = 0
-
-    @rule(data=st.data())
-    def share(self, data):
-        """share_prefix: dst (empty) sees src's first `tokens` mapped rows (unwritten ones read as zeros in
-        both); whole chunks are the same physical chunks, the partial one a copy; later writes to either
-        never show in the other."""
-        drawn = draw_share(data, self.mapped)
-        if drawn is None:
-            return
-        src, dst, tokens = drawn
-        pvt.share_prefix((self.k, self.v), src, dst, tokens)
-        for c in "kv":
-            self.rows[c][dst, :tokens] = self.rows[c][src, :tokens]
-        self.written[dst] = self.mapped[dst] = tokens
-        self.chunks.share(src, dst, tokens)
-
-    @rule(data=st.data())
-    def share_bad(self, data):
-        """Sharing into a slot that holds tokens, from an empty one, with itself, or past the
-        source's length: SlotError, nothing changed."""
-        src, dst = data.draw(st.integers(0, SLOTS - 1)), data.draw(st.integers(0, SLOTS - 1))
-        tokens = data.draw(st.integers(1, S))
-        if src != dst and self.mapped[dst] == 0 and tokens <= self.mapped[src]:
-            return  # a valid share (the rule above)
-        self.refused(lambda: pvt.share_prefix((self.k, self.v), src, dst, tokens), (pvt.SlotError, ValueError))
-
     # ---- attention
 
     @rule(data=st.data())
     def attend_with_new_tokens(self, data):
-        room = [s for s in range(SLOTS) if self.mapped[s] > self.written[s]]
-        if not room:
+        drawn = self.draw_writes(data)
+        if drawn is None:
             return
-        slots = data.draw(st.lists(st.sampled_from(room), min_size=1, max_size=len(room), unique=True))
-        counts = [data.draw(st.integers(1, int(self.mapped[s] - self.written[s]))) for s in slots]
+        slots, counts, cu = drawn
         causal = data.draw(st.booleans())
-        cu = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         q, kn, vn = self.randn(cu[-1], HQ, D), self.randn(cu[-1], HKV, D), self.randn(cu[-1], HKV, D)
         call = lambda: pvt.attention_with_kvcache(paddle.to_tensor(q), self.k, self.v, self.written.astype(np.int32),  # noqa: E731
                                                   k_new=paddle.to_tensor(kn), v_new=paddle.to_tensor(vn),
                                                   cu_seqlens_q=cu, slot_ids=np.int32(slots), causal=causal)
-        if any(self.chunks.shared(s, int(self.written[s]), int(self.written[s]) + n) for s, n in zip(slots, counts)):
-            # Rows another slot maps too (a prefix shared past this slot's length): the write would
-            # show there, so it is refused (reserve_for_write would make them private first).
-            self.refused(call, pvt.SlotError, match="reserve_for_write")
+        if self.refused_as_shared(slots, counts, call):
             return
         out = call().numpy()
         for b, (s, n) in enumerate(zip(slots, counts)):
@@ -137,12 +92,10 @@ class SlotMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def attend_on_cached_tokens(self, data):
         """No k_new: each sequence's queries are the last q_b of its slot's written tokens."""
-        have = [s for s in range(SLOTS) if self.written[s] > 0]
-        if not have:
+        drawn = self.draw_reads(data)
+        if drawn is None:
             return
-        slots = data.draw(st.lists(st.sampled_from(have), min_size=1, max_size=len(have), unique=True))
-        counts = [data.draw(st.integers(1, int(self.written[s]))) for s in slots]
-        cu = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        slots, counts, cu = drawn
         q = self.randn(cu[-1], HQ, D)
         out = pvt.attention_with_kvcache(paddle.to_tensor(q), self.k, self.v, self.written.astype(np.int32),
                                          cu_seqlens_q=cu, slot_ids=np.int32(slots)).numpy()
@@ -160,14 +113,6 @@ class SlotMachine(RuleBasedStateMachine):
             np.testing.assert_array_equal(got[:upto], self.rows[name][slot, :upto])
 
     # ---- bad calls: each raises its class, nothing changes
-
-    @rule(slot=st.integers(0, SLOTS - 1), extra=st.integers(1, 5))
-    def reserve_past_max_seq_len(self, slot, extra):
-        self.refused(lambda: pvt.reserve_slot(self.k, slot, S + extra), pvt.ReservationFullError)
-
-    @rule(bad=st.sampled_from([SLOTS, -1, 2**64, 2**63, -(2**64)]), tokens=st.integers(0, S))
-    def reserve_bad_slot(self, bad, tokens):
-        self.refused(lambda: pvt.reserve_slot(self.k, bad, tokens), pvt.SlotError)
 
     @rule(bad=st.sampled_from([2.5, True, "1", None, np.float64(1.0)]))
     def reserve_not_an_int(self, bad):
@@ -245,7 +190,8 @@ class SlotMachine(RuleBasedStateMachine):
         assert stats["shared_bytes"] - self.baseline_shared == 2 * aliases
 
     def teardown(self):
-        self.__dict__.pop("k", None), self.__dict__.pop("v", None)  # the caches go now, not at some gc
+        for name in ("k", "v", "owners", "pair"):
+            self.__dict__.pop(name, None)  # the caches go now, not at some gc
 
 
 _examples = _env.hypothesis_examples()
