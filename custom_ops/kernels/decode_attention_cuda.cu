@@ -260,6 +260,7 @@ Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream
 Status check_cuda_params(const DecodeAttentionParams& p) {
   PVT_RETURN_IF_ERROR(check_decode_attention_params(p));
   PVT_RETURN_IF_ERROR(decode_plan::check_options(decode_plan::options_of(p)));
+  PVT_RETURN_IF_ERROR(decode_plan::check_options_for(p));
   const bool varlen = p.cu_seqlens_q || p.kv_batch_index || p.cache_seqlens || p.kv_mapped;
   if (varlen && p.mask != nullptr) {
     return Status(Code::kInvalidArgument,

@@ -6,7 +6,7 @@
 // S=32k) found that kernel latency-bound: 0.41 instructions a cycle per scheduler, DRAM 14% busy
 // (docs/H200_DECODE_PARITY.md).
 //
-// Block = WARPS warps (2, 4 or 8), one (entry, kv head), one row group of 16 x WARPS query rows and one
+// Block = WARPS warps (2, 4, 5 or 8), one (entry, kv head), one row group of 16 x WARPS query rows and one
 // split of the keys. Warp w owns rows [16w, 16w + 16) of the row group for the whole split. K/V tiles of
 // mma_rows_tile_keys(D) keys (128 at head_dim 64, else 64) go to shared memory by cp.async,
 // mma_rows_stages(D) deep, shared by every warp; each warp computes S = Q K^T for its 16 rows over the
@@ -22,8 +22,12 @@
 namespace pvt {
 namespace decode_cuda {
 
+// The 5-warp instance exists for two blocks an SM (mma_rows_two_an_sm), hence its second launch bound: 10 warps
+// put 3 on one of the SM's 4 schedulers, whose 16K registers then allow 168 a thread (ptxas -v at head_dim 64:
+// 168, 40 bytes spilled; 182 without the bound, which the device then runs one block an SM). The others keep
+// ptxas's own count (a bound of 2 blocks raised theirs to 248).
 template <typename T, int D, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32)
+__global__ void __launch_bounds__(WARPS * 32, WARPS == 5 ? 2 : 1)
     decode_attention_mma_rows_kernel(const DecodeAttentionParams p, const SplitCount splits, Workspace ws,
                                      const bool cluster, const int row_groups) {
   constexpr int CH = D / 8, CHS = mma_row_chunks(D), KS = D / 16, NT = D / 8;
@@ -55,10 +59,22 @@ __global__ void __launch_bounds__(WARPS * 32)
   const T* kb = static_cast<const T*>(p.k) + e.kv_row * p.k_stride[1] + hk * p.k_stride[2];
   const T* vb = static_cast<const T*>(p.v) + e.kv_row * p.v_stride[1] + hk * p.v_stride[2];
   const int64_t n_tiles = s_hi > s_lo ? (s_hi - s_lo + KT - 1) / KT : 0;
-  const TileLoader<T, CH, CHS, NTHR, KT> load{kb, vb, p.k_stride[0], p.v_stride[0]};
+  // The tiles are loaded by the first LOADERS threads: 5 warps' 160 threads do not divide a tile's 16-byte
+  // columns into whole passes, and the general loader's unrolled addresses took 246 registers a thread
+  // there (ptxas -v), too many for two blocks an SM; with 128 loaders, 182 as the other instances. Blocks of
+  // at most 128 threads (2 and 4 warps) and multiples of 128 load with every thread.
+  constexpr int LOADERS = NTHR > 128 && NTHR % 128 != 0 ? 128 : NTHR;
+  const TileLoader<T, CH, CHS, LOADERS, KT> load{kb, vb, p.k_stride[0], p.v_stride[0]};
+  const bool loader = static_cast<int>(threadIdx.x) < LOADERS;
   auto load_tile = [&](int64_t tile, int stage, bool commit = true) {
     const int64_t t0 = s_lo + tile * KT;
-    load(sk(stage), sv(stage), t0, t0 + KT <= s_hi ? KT : static_cast<int>(s_hi - t0), commit);
+    const int left = t0 + KT <= s_hi ? KT : static_cast<int>(s_hi - t0);
+    if constexpr (LOADERS == NTHR) {
+      load(sk(stage), sv(stage), t0, left, commit);
+    } else {
+      if (loader) load(sk(stage), sv(stage), t0, left, false);
+      if (commit) cp_async_commit();  // every thread: each thread's count of groups stays the same
+    }
   };
 
   // The first tile, then the rows, one group; then the rest of the primed tiles (decode_attention_mma_cuda.cuh).

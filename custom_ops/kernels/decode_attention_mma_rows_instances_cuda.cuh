@@ -1,5 +1,5 @@
 // The row-owning tensor-core kernel's instances for head dim D (decode_attention_mma_rows_cuda.cuh):
-// fp16/bf16 x 2, 4 or 8 warps (decode_plan::mma_rows_instance_exists), each a type whose statics hold the
+// fp16/bf16 x 2, 4, 5 or 8 warps (decode_plan::mma_rows_instance_exists: 5 at head_dim 64 only), each a type whose statics hold the
 // device's answers for it. Included by decode_attention_mma_rows_d<D>_cuda.cu only, which instantiates it
 // for its D (PVT_DECODE_MMA_ROWS_INSTANTIATE).
 #pragma once
@@ -42,6 +42,7 @@ auto mma_rows_typed(int warps, Fn& fn, None& none) {
   switch (warps) {
     case 2: return mma_rows_instance<T, D, 2>(fn, none);
     case 4: return mma_rows_instance<T, D, 4>(fn, none);
+    case 5: return mma_rows_instance<T, D, 5>(fn, none);
     case 8: return mma_rows_instance<T, D, 8>(fn, none);
     default: return none();
   }

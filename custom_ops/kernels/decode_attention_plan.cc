@@ -190,16 +190,28 @@ constexpr int kMmaRowsResident = 2;  // blocks an SM of the 4-warp instance at h
 // S=32k), else 4 warps on a long or wide grid and 8 on a short narrow one (StarCoder B=16 S=2k 8 warps 14.90,
 // 4 warps 17.80; B=64 S=32k 8 warps 349.24, 4 warps 259.33). Smaller grids (B=1-4) were measured mixed (MQA
 // 32/1 B=4 S=32k 8 warps 29.83 against 28.76) and keep the rule below; Tq > 1 was not measured.
+// 65-80 rows (Falcon's 71) at head_dim 64: 5 warps, two blocks an SM (10 warps with rows, where one 8-warp
+// block has 5), on a grid of at least 128k keys (entries x keys) over 2k+ keys. H100, per-slot fp16, 2026-12-07
+// 09:10 UTC, 5 warps against 8 (µs; SDPA's best in brackets): Falcon B=64 S=32k 213.67 / 320.13 (251.68), S=8k
+// 67.83 / 89.18 (69.57), S=2k 31.18 / 31.91 (24.80); B=16 S=32k 65.69 / 86.02 (81.28), S=8k 29.19 / 28.79; B=4
+// S=32k 30.55 against the key-slice plan's 34.41 (30.08). Smaller grids lost: B=16 S=2k 15.62 / 14.30, B=4 S=8k
+// 16.93 against the key-slice kernel's 14.20, B=1 S=32k 15.00 against 14.69.
 constexpr int64_t kMmaRowsDecodeMinRows = 32, kMmaRowsDecodeMinEntries = 16, kMmaRowsDecodeMinContext = 2048;
+constexpr int64_t kFiveWarpsMinGridKeys = int64_t{1} << 17;
 int choose_rows_warps(const DecodeAttentionParams& p, int64_t R, int64_t entries, int64_t sms) {
   const DecodeOptions& o = options_of(p);
   if (o.split_keys > 0 || o.mma_row_warps < 0 || o.balance > 0) return 0;  // balanced grids: the key-slice kernel
   if (o.mma_row_warps > 0) return o.mma_row_warps;
   if (o.mma_row_tiles > 0) return 0;
+  const int D = static_cast<int>(p.head_dim);
+  if (p.q_len == 1 && R > 4 * kMmaMaxRows && R <= 5 * kMmaMaxRows && p.kv_len >= kMmaRowsDecodeMinContext &&
+      entries * p.kv_len >= kFiveWarpsMinGridKeys && mma_rows_instance_exists(D, 5)) {
+    return 5;
+  }
   if (p.q_len == 1 && R >= kMmaRowsDecodeMinRows && entries >= kMmaRowsDecodeMinEntries &&
       p.kv_len >= kMmaRowsDecodeMinContext) {
     const int w = R > 4 * kMmaMaxRows || (p.kv_len < kMmaRowsMinContext && entries < 64) ? 8 : 4;
-    if (mma_rows_instance_exists(static_cast<int>(p.head_dim), w)) return w;
+    if (mma_rows_instance_exists(D, w)) return w;
   }
   const int64_t groups = (R + 4 * kMmaMaxRows - 1) / (4 * kMmaMaxRows);
   if (R < kMmaRowsMinRows || 4 * R < 3 * groups * 4 * kMmaMaxRows || p.kv_len < kMmaRowsMinContext) {
@@ -340,9 +352,10 @@ Status check_options(const DecodeOptions& o) {
                       std::to_string(kMergeChunkWide) + " (not with split_keys); got " + std::to_string(o.merge_chunk));
   }
   const int t = o.mma_row_tiles, rw = o.mma_row_warps;
-  if (rw != 0 && rw != -1 && rw != 2 && rw != 4 && rw != 8) {
-    return Status(Code::kInvalidArgument, "decode_attention_cuda: options.mma_row_warps must be 0, -1, 2, 4 or 8; got " +
-                                              std::to_string(rw));
+  if (rw != 0 && rw != -1 && rw != 2 && rw != 4 && rw != 5 && rw != 8) {
+    return Status(Code::kInvalidArgument,
+                  "decode_attention_cuda: options.mma_row_warps must be 0, -1, 2, 4, 5 (head_dim 64) or 8; got " +
+                      std::to_string(rw));
   }
   if (o.balance > 0 && rw > 0) {  // balanced grids are the key-slice kernel's only
     return Status(Code::kInvalidArgument,
@@ -355,6 +368,16 @@ Status check_options(const DecodeOptions& o) {
                   "mma_row_tiles 0, 1, 2, 4 or 8; got splits " + std::to_string(o.splits) + ", mma_warps " +
                       std::to_string(o.mma_warps) + ", mma_blocks_per_sm " + std::to_string(o.mma_blocks_per_sm) +
                       ", mma_row_tiles " + std::to_string(t));
+  }
+  return Status::Ok();
+}
+
+Status check_options_for(const DecodeAttentionParams& p) {
+  const int rw = options_of(p).mma_row_warps, d = static_cast<int>(p.head_dim);
+  if (rw > 0 && mma_head_dim(d) && !mma_rows_instance_exists(d, rw)) {
+    return Status(Code::kInvalidArgument, "decode_attention_cuda: options.mma_row_warps " + std::to_string(rw) +
+                                              ": no row-owning tensor-core kernel of that many warps at head_dim " +
+                                              std::to_string(d));
   }
   return Status::Ok();
 }

@@ -99,9 +99,20 @@ PVT_HOST_DEVICE constexpr size_t mma_rows_smem_bytes(int D, int WARPS) {
   const size_t merge = static_cast<size_t>(kMmaMaxRows) * WARPS * (D + 2) * 4;
   return tiles > merge ? tiles : merge;
 }
-// Its instances: 2, 4 or 8 warps (32, 64 or 128 rows a block).
+// Whether two blocks of WARPS warps fit one SM's shared memory (an H100/H200 SM: 228 KiB, 1 KiB of it reserved
+// a block) and its registers: 2 x 5 warps put 3 on one of its 4 schedulers, 16K registers each, so at most 168
+// a thread (the 5-warp instance's launch bound asks ptxas for that; more warps would need fewer).
+constexpr size_t kSmSmemBytes = 228 * 1024, kBlockReservedSmem = 1024;
+PVT_HOST_DEVICE constexpr bool mma_rows_two_an_sm(int D, int WARPS) {
+  return WARPS <= 5 && 2 * (mma_rows_smem_bytes(D, WARPS) + kBlockReservedSmem) <= kSmSmemBytes;
+}
+// Its instances: 2, 4 or 8 warps (32, 64 or 128 rows a block), and 5 (80 rows: Falcon's 71) where two
+// 5-warp blocks fit an SM (head_dim 64). An 8-warp block for 71 rows holds one block an SM by its
+// registers, and 3 of its warps have no rows: 5 warps of work an SM, where two 5-warp blocks run 10.
 PVT_HOST_DEVICE constexpr bool mma_rows_instance_exists(int D, int WARPS) {
-  return mma_head_dim(D) && (WARPS == 2 || WARPS == 4 || WARPS == 8) && mma_rows_smem_bytes(D, WARPS) <= kMmaSmemBudget;
+  return mma_head_dim(D) &&
+         (WARPS == 2 || WARPS == 4 || WARPS == 8 || (WARPS == 5 && mma_rows_two_an_sm(D, 5))) &&
+         mma_rows_smem_bytes(D, WARPS) <= kMmaSmemBudget;
 }
 
 // M-tiles for R query rows per kv head: a power of two, at most kMmaMaxTiles.
@@ -177,6 +188,9 @@ const DecodeOptions& options_of(const DecodeAttentionParams& p);
 // Options out of range (negative splits, warps other than 0, 4 or 8, blocks an SM below 1, split_keys
 // negative, not a multiple of kSplitKeysUnit or given with splits): kInvalidArgument.
 Status check_options(const DecodeOptions& o);
+// The options against the call's shape: mma_row_warps forced to an instance not built for its head dim
+// (5 warps other than at head_dim 64): kInvalidArgument.
+Status check_options_for(const DecodeAttentionParams& p);
 
 // Step 1: kernel family and block shape (p checked by the caller).
 Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device);

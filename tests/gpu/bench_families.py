@@ -69,7 +69,8 @@ def shapes():
 # instead of tensor cores, and the tensor-core kernel's rows of a kv head in blocks of at most 1, 2 or 8
 # M-tiles (_rt8: all in one block, the plan before row groups), 4, 8 or 16 splits forced (short calls),
 # splits that fill two tensor-core blocks an SM (_b2), the key-slice tensor-core kernel where the plan takes the
-# row-owning one (_ks: the plan before it), the row-owning kernel with 2, 4 or 8 warps forced (_rw2/4/8), and
+# row-owning one (_ks: the plan before it), the row-owning kernel with 2, 4, 5 (head_dim 64) or 8 warps forced (_rw2/4/5/8;
+# with 4 or 8 splits: _rw4s4, _rw5s4, _rw8s4, _rw8s8; a variant a shape has no kernel for is recorded as refused), and
 # the wide merge kernel forced on (_mw) or off (_mn; a plan's text ends in " mw" where it merges wide), and
 # 16 splits merged wide or 32 / 64 splits (wide past 16) where the plan takes a cluster or fewer (_s16mw,
 # _s32, _s64; _rt2s32: the same with one block for 32 query rows). --variants NAME,... times only those.
@@ -77,7 +78,10 @@ VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt
             ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s4", {"splits": 4}),
             ("_s8", {"splits": 8}), ("_s16", {"splits": 16}), ("_b2", {"mma_blocks_per_sm": 2}),
             ("_ks", {"mma_row_warps": -1}), ("_rw2", {"mma_row_warps": 2}), ("_rw4", {"mma_row_warps": 4}),
-            ("_rw8", {"mma_row_warps": 8}), ("_mw", {"merge_wide": 1}), ("_mn", {"merge_wide": -1}),
+            ("_rw5", {"mma_row_warps": 5}),
+            ("_rw8", {"mma_row_warps": 8}), ("_rw4s4", {"mma_row_warps": 4, "splits": 4}),
+            ("_rw5s4", {"mma_row_warps": 5, "splits": 4}), ("_rw8s4", {"mma_row_warps": 8, "splits": 4}),
+            ("_rw8s8", {"mma_row_warps": 8, "splits": 8}), ("_mw", {"merge_wide": 1}), ("_mn", {"merge_wide": -1}),
             ("_s16mw", {"splits": 16, "merge_wide": 1}), ("_s32", {"splits": 32}), ("_s64", {"splits": 64}),
             ("_rt2s32", {"mma_row_tiles": 2, "splits": 32}), ("_w4", {"mma_warps": 4}),
             ("_w4s16", {"mma_warps": 4, "splits": 16}), ("_w4s32", {"mma_warps": 4, "splits": 32}),
@@ -129,7 +133,13 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants=()):
     for name, opts in (("", {}),) + variants:
         with knob_set(ext, **opts):
             for lay in ("slot",) if name else ("seq", "slot"):
-                plans[lay + name] = plan_text(ext.plan(*args[lay]))
+                try:
+                    plans[lay + name] = plan_text(ext.plan(*args[lay]))
+                except RuntimeError as e:  # a variant the shape has no kernel for (5 warps at head_dim 128)
+                    if not name:
+                        raise
+                    plans[lay + name] = "refused: " + str(e)
+                    continue
                 ws_bytes = max(ws_bytes, ext.workspace_bytes(*args[lay]))
     for key, text in plans.items():
         r["plan_" + key] = text
@@ -139,7 +149,7 @@ def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants=()):
     fns["ours_seq"] = lambda: ext.attention(qo, ks[rot.next()], vs[rot.turn], out["ours_seq"], S, ws)
     fns["ours_slot"] = lambda: ext.attention(qo, kl[rot.next()], vl[rot.turn], out["ours_slot"], smax, ws, lens)
     for name, opts in variants:
-        if plans["slot" + name] != plans["slot"]:
+        if plans["slot" + name] != plans["slot"] and not plans["slot" + name].startswith("refused"):
             o = out["ours_slot" + name] = torch.empty_like(out["ours_slot"])
             fns["ours_slot" + name] = knob_call(
                 ext, opts, lambda o=o: ext.attention(qo, kl[rot.next()], vl[rot.turn], o, smax, ws, lens))

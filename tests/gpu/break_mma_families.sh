@@ -9,8 +9,10 @@
 #             group's first row): every row group but the first writes nothing of its own
 #   row-owning  (decode_attention_mma_rows_cuda.cuh) P V reads the first 16 keys of V's tile for every
 #             16 keys of P
-# With ONLY=rows, only the last edit: the row-owning kernel's cases must fail, no other.
-# Usage: [ONLY=rows] bash tests/gpu/break_mma_families.sh BUILD_DIR [cmake args...]; then
+# With ONLY=rows, only the last edit: the row-owning kernel's cases must fail, no other. With ONLY=rows5, one
+# edit of the 5-warp instance alone (the last of its 4 loading warps loads nothing): its cases (".w5", ".rows5",
+# ".plan" at head_dim 64) must fail, no other.
+# Usage: [ONLY=rows|rows5] bash tests/gpu/break_mma_families.sh BUILD_DIR [cmake args...]; then
 #        BUILD_DIR/test_decode_attention --families-only (expected: every case fails, none passes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,6 +22,13 @@ src=$build/src
 copy_sources "$build"
 k=$src/custom_ops/kernels/decode_attention_mma_cuda.cuh
 edit() { edit_once "${3:-$k}" "$1" "$2"; }  # edit FROM TO [FILE]: default the tensor-core kernel's
+if [ "${ONLY:-}" = rows5 ]; then
+  edit 'const bool loader = static_cast<int>(threadIdx.x) < LOADERS;' \
+       'const bool loader = static_cast<int>(threadIdx.x) < LOADERS - 32;' "$src/custom_ops/kernels/decode_attention_mma_rows_cuda.cuh"
+  build_copy "$build" test_decode_attention "$@"
+  echo "broken copy built: $build/test_decode_attention --families-only"
+  exit 0
+fi
 if [ "${ONLY:-}" != rows ]; then
   edit 'const int w = tile + j * MT;' 'const int w = j * MT;'
   edit 'q_frag(qf, kp + 1);' 'q_frag(qf, kp);'

@@ -347,7 +347,7 @@ void test_mma_families(Report& r, std::mt19937& rng, cudaStream_t stream) {
   // falcon71.b48); `force` sets DecodeOptions::mma_row_tiles, so the 2-, 4- and 8-M-tile blocks (all
   // rows of a kv head in one block, or in fewer groups) stay checked. `rows`: -1, the key-slice kernel
   // (DecodeOptions::mma_row_warps -1, as every case above the row-owning kernel's); 0, the plan's own
-  // choice, which must be the row-owning kernel with `tiles` warps; 2, 4 or 8, that kernel forced.
+  // choice, which must be the row-owning kernel with `tiles` warps; 2, 4, 5 or 8, that kernel forced.
   struct MmaCase { Case c; int force, tiles; int64_t groups; int rows = -1; };
   const std::vector<MmaCase> mma = {
       {{"mma.gqa32_8.tiles1.fp16", 2, 1, 32, 8, 128, 1000, f16}, 0, 1, 1},  // the measured kernel of the tables
@@ -390,6 +390,13 @@ void test_mma_families(Report& r, std::mt19937& rng, cudaStream_t stream) {
       {{"mma.rows.falcon71.d64.w4_groups2.bf16", 1, 1, 71, 1, 64, 700, bf16}, 0, 4, 2, 4},
       {{"mma.rows.falcon71.d64.s9000.w4_groups2.fp16", 2, 1, 71, 1, 64, 9000, f16}, 0, 4, 2, 4},
       {{"mma.rows.falcon71.d64.w8.fp16", 1, 1, 71, 1, 64, 700, f16}, 0, 8, 1, 8},
+      // 5 warps (80 rows, head_dim 64 only; 128 of its 160 threads load the tiles): forced, over many
+      // splits, causal Tq rows filling all 80 (16 heads x Tq 5), and the plan's own choice (Falcon, 16
+      // entries over 8k+ keys).
+      {{"mma.rows.falcon71.d64.w5.fp16", 1, 1, 71, 1, 64, 700, f16}, 0, 5, 1, 5},
+      {{"mma.rows.falcon71.d64.s9000.w5.bf16", 2, 1, 71, 1, 64, 9000, bf16}, 0, 5, 1, 5},
+      {{"mma.rows.d64.tq5.rows80.w5.fp16", 1, 5, 16, 1, 64, 500, f16}, 0, 5, 1, 5},
+      {{"mma.rows.falcon71.d64.b16.s8200.plan.bf16", 16, 1, 71, 1, 64, 8200, bf16}, 0, 5, 1, 0},
       {{"mma.rows.falcon71.d64.b48.w2_groups3.bf16", 48, 1, 71, 1, 64, 300, bf16}, 0, 2, 3, 2},
       {{"mma.rows.starcoder48.w4.bf16", 2, 1, 48, 1, 128, 900, bf16}, 0, 4, 1, 4},
       {{"mma.rows.starcoder48.w2_groups2.fp16", 3, 1, 48, 1, 128, 700, f16}, 0, 2, 2, 2},
@@ -637,6 +644,7 @@ void test_varlen(Report& r, std::mt19937& rng, cudaStream_t stream) {
       {"family.decode.slots.falcon71.d64.keyslice.bf16", 2, 1200, 71, 1, 64, bf16, {}, {1199, 300}, {1, 1}, 1, 1200, {}, true, 0, -1},
       {"family.decode.slots.falcon71.d64.rows8.fp16", 2, 1200, 71, 1, 64, f16, {1, 0}, {700, 1199}, {1, 1}, 1, 1200, {}, true, 0, 8},
       {"family.decode.slots.falcon71.d64.rows2.bf16", 2, 5000, 71, 1, 64, bf16, {}, {4999, 2100}, {1, 1}, 1, 5000, {}, false, 0, 2},
+      {"family.decode.slots.falcon71.d64.rows5.fp16", 3, 5000, 71, 1, 64, f16, {2, 0, 1}, {4999, 1, 2100}, {1, 1, 1}, 1, 5000, {}, true, 0, 5},
       {"family.packed.spec_verify.rows64.rows8.fp16", 3, 2048, 32, 4, 128, f16, {}, {100, 2000, 700}, {8, 3, 5}, 8, 2048, {}, true, 0, 8},
       {"family.decode.slots.gemma.d256.rows2.fp16", 2, 2500, 8, 1, 256, f16, {}, {2400, 17}, {1, 1}, 1, 2500, {}, true, 0, 2},
       {"family.decode.slots.spec_verify.qwen2.long.plan.bf16", 8, 8300, 28, 4, 128, bf16, {}, {8291, 5000, 8200, 100, 8291, 7000, 3, 8000},

@@ -171,14 +171,26 @@ const Case kCases[] = {
     {"rows_qwen2_tq8_b16_s8k", 1, 16, 8192, 28, 4, 128, 8, 1, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 4, 2048, 3584, 0, 1, 4, 0, 1, 7454720, 0}, 4, 1},
     {"rows_llama3_tq8_b16_s8k_32rows", 1, 16, 8192, 32, 8, 128, 8, 1, 0, 0, "", 0, {1, 8, 16, 1, 32, 1, 1, 8192, 4096, 0, 1, 8, 0, 1, 0, 1}, 2, 0},
     {"rows_mqa32_b64_s32k_32rows", 1, 64, 32768, 32, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 64, 1, 4, 8192, 2048, 0, 1, 4, 0, 1, 4259840, 0}, 4, 1},
-    {"rows_falcon71_b16_s32k_one_group", 1, 16, 32768, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 128, 1, 8, 4096, 1136, 0, 1, 8, 0, 1, 2399232, 1}, 8, 1},
+    {"rows_falcon71_b16_s32k_five_warps", 1, 16, 32768, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 80, 1, 16, 2048, 1136, 0, 1, 5, 0, 1, 4798464, 0}, 5, 1},
     // One-token decode over 32+ rows a kv head (choose_rows_warps' second rule): 8 warps on a short narrow grid,
     // the key-slice kernel on a small grid (B x Hkv < 16), a short context or Tq > 1 (the 32-row Llama-3 above).
     {"rows_decode_starcoder48_b16_s2k_w8", 1, 16, 2048, 48, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 128, 1, 8, 256, 768, 0, 1, 8, 1, 1, 0, 1}, 8, 1},
-    {"rows_decode_falcon71_b64_s2k", 1, 64, 2048, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 128, 1, 2, 1024, 4544, 0, 1, 8, 1, 1, 0, 1}, 8, 1},
+    // 65-80 rows at head_dim 64 over 2k+ keys, on a grid of 128k+ keys (entries x keys), take the 5-warp
+    // instance (two blocks an SM): B=64 S=2k, B=4 S=32k; not B=16 S=2k (8 warps), B=4 S=8k or B=1 S=32k (the
+    // key-slice kernel). 81 rows, or 71 at head_dim 128 (no 5-warp instance there: one 5-warp block an SM by
+    // its shared memory), take 8.
+    {"rows_decode_falcon71_b64_s2k_five_warps", 1, 64, 2048, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 80, 1, 4, 512, 4544, 0, 1, 5, 0, 1, 4798464, 0}, 5, 1},
+    {"rows_decode_falcon71_b4_s32k_five_warps", 1, 4, 32768, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 80, 1, 66, 497, 284, 0, 1, 5, 0, 1, 4948416, 0}, 5, 1},
+    {"rows_decode_falcon71_b16_s2k_eight_warps", 1, 16, 2048, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 128, 1, 8, 256, 1136, 0, 1, 8, 1, 1, 0, 1}, 8, 1},
+    {"rows_decode_falcon71_b4_s8k_small_grid", 1, 4, 8192, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 6, 1366, 284, 0, 1, 8, 0, 1, 449856, 1}, 1, 0},
+    {"rows_decode_falcon71_b1_s32k_small_grid", 1, 1, 32768, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 26, 1261, 71, 0, 1, 8, 0, 1, 487344, 1}, 1, 0},
+    {"rows_decode_80rows_d64_five_warps", 2, 16, 8192, 80, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 80, 1, 16, 512, 1280, 0, 1, 5, 0, 1, 5406720, 0}, 5, 1},
+    {"rows_decode_81rows_d64_eight_warps", 2, 16, 8192, 81, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 128, 1, 8, 1024, 1296, 0, 1, 8, 0, 1, 2737152, 1}, 8, 1},
+    {"rows_decode_71rows_d128_eight_warps", 1, 16, 8192, 71, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 128, 1, 8, 1024, 1136, 0, 1, 8, 0, 1, 4725760, 1}, 8, 1},
     {"rows_decode_mqa32_b4_s32k_small_grid", 1, 4, 32768, 32, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 2, 16, 2048, 128, 0, 1, 8, 0, 1, 1064960, 1}, 1, 0},
     {"rows_decode_falcon71_b16_s512_short", 1, 16, 512, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 1, 512, 1136, 0, 1, 8, 0, 1, 0, 1}, 1, 0},
     {"rows_forced_w8_falcon71", 1, 16, 32768, 71, 1, 64, 1, 1, 0, 0, "mma_row_warps", 8, {1, 8, 8, 1, 128, 1, 8, 4096, 1136, 0, 1, 8, 0, 1, 2399232, 1}, 8, 1},
+    {"rows_forced_w5_falcon71_b4", 1, 4, 32768, 71, 1, 64, 1, 1, 0, 0, "mma_row_warps", 5, {1, 8, 8, 1, 80, 1, 66, 497, 284, 0, 1, 5, 0, 1, 4948416, 0}, 5, 1},
     {"rows_forced_w2_mqa32", 2, 4, 2048, 32, 1, 128, 1, 0, 0, 0, "mma_row_warps", 2, {1, 8, 16, 1, 32, 1, 8, 256, 128, 0, 1, 2, 1, 1, 0, 1}, 2, 1},
     {"rows_never_starcoder48", 1, 16, 32768, 48, 1, 128, 1, 1, 0, 0, "mma_row_warps", -1, {1, 8, 16, 1, 32, 2, 4, 8192, 768, 0, 1, 8, 0, 1, 1597440, 1}, 2, 0},
     {"rows_tiles_forced_starcoder48", 1, 16, 32768, 48, 1, 128, 1, 1, 0, 0, "mma_row_tiles", 2, {1, 8, 16, 1, 32, 2, 4, 8192, 768, 0, 1, 8, 0, 1, 1597440, 1}, 2, 0},
@@ -312,6 +324,23 @@ void test_errors(Report& r) {
   r.code(check_options(o), Code::kInvalidArgument, "errors.mma_row_warps_3");
   o.mma_row_warps = -2;
   r.code(check_options(o), Code::kInvalidArgument, "errors.mma_row_warps_minus2");
+  // 5 warps: an instance at head_dim 64 only (mma_rows_two_an_sm); elsewhere refused before any plan.
+  o.mma_row_warps = 5;
+  r.ok(check_options(o), "errors.mma_row_warps_5_ok");
+  DecodeAttentionParams p5;
+  p5.options = &o;
+  for (int64_t d : {64, 80, 96, 128, 256}) {
+    p5.head_dim = d;
+    const std::string n = "errors.mma_row_warps_5.d" + std::to_string(d);
+    if (d == 64) {
+      r.ok(check_options_for(p5), n);
+    } else {
+      r.code(check_options_for(p5), Code::kInvalidArgument, n);
+    }
+  }
+  o.mma_row_warps = 8;
+  p5.head_dim = 128;
+  r.ok(check_options_for(p5), "errors.mma_row_warps_8.d128");
   const Case& gqa = kCases[2];  // GQA B=1 S=1k: the tensor-core kernel
   DecodeAttentionParams p;
   Plan plan;
