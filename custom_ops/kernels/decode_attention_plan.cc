@@ -192,7 +192,7 @@ constexpr int kMmaRowsResident = 2;  // blocks an SM of the 4-warp instance at h
 // 32/1 B=4 S=32k 8 warps 29.83 against 28.76) and keep the rule below; Tq > 1 was not measured.
 // 65-80 rows (Falcon's 71) at head_dim 64: 5 warps, two blocks an SM (10 warps with rows, where one 8-warp
 // block has 5), on a grid of at least 128k keys (entries x keys) over 2k+ keys. H100, per-slot fp16, 2026-12-07
-// 09:10 UTC, 5 warps against 8 (µs; SDPA's best in brackets): Falcon B=64 S=32k 213.67 / 320.13 (251.68), S=8k
+// 09:08 UTC, 5 warps against 8 (µs; SDPA's best in brackets): Falcon B=64 S=32k 213.67 / 320.13 (251.68), S=8k
 // 67.83 / 89.18 (69.57), S=2k 31.18 / 31.91 (24.80); B=16 S=32k 65.69 / 86.02 (81.28), S=8k 29.19 / 28.79; B=4
 // S=32k 30.55 against the key-slice plan's 34.41 (30.08). Smaller grids lost: B=16 S=2k 15.62 / 14.30, B=4 S=8k
 // 16.93 against the key-slice kernel's 14.20, B=1 S=32k 15.00 against 14.69.
