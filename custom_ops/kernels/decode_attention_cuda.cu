@@ -246,12 +246,29 @@ Status launch_typed(const DecodeAttentionParams& p, const Plan& plan, cudaStream
       return launch_kernel(v4 ? merge_splits_wide_kernel<T, 4> : merge_splits_wide_kernel<T, 1>, rows,
                            decode_plan::kMergeThreads, 0, 1, true, stream, p, splits, ws);
     }
-    const int threads = static_cast<int>(std::min<int64_t>(256, (p.head_dim + 31) / 32 * 32));
     // As few splits a step as the plan has (fewer registers, more blocks an SM). Fixed splits keep kMergeChunk:
     // their count follows kv_len, and a batch-invariant row must not depend on it (the fold's order would).
-    const auto merge = plan.split_keys > 0 || plan.splits > 8 ? merge_splits_kernel<T, kMergeChunk>
-                       : plan.splits > 4                      ? merge_splits_kernel<T, 8>
-                                                              : merge_splits_kernel<T, 4>;
+    const int n = plan.split_keys > 0 || plan.splits > 8 ? kMergeChunk : plan.splits > 4 ? 8 : 4;
+    if (decode_plan::merge_warp_of(p, plan)) {  // a warp a row (head dims 64, 96, 128; many rows)
+      const int v = static_cast<int>(p.head_dim / 32);
+      auto warp_merge = [&](auto kernel) {
+        const dim3 blocks(static_cast<unsigned>((plan.rows_total + kMergeWarpRows - 1) / kMergeWarpRows));
+        return launch_kernel(kernel, blocks, 32 * kMergeWarpRows, 0, 1, true, stream, p, splits, ws);
+      };
+      auto by_v = [&](auto nc) {
+        constexpr int N = decltype(nc)::value;
+        return v == 2 ? warp_merge(merge_splits_warp_kernel<T, N, 2>)
+               : v == 3 ? warp_merge(merge_splits_warp_kernel<T, N, 3>)
+                        : warp_merge(merge_splits_warp_kernel<T, N, 4>);
+      };
+      return n == kMergeChunk ? by_v(std::integral_constant<int, kMergeChunk>{})
+             : n == 8         ? by_v(std::integral_constant<int, 8>{})
+                              : by_v(std::integral_constant<int, 4>{});
+    }
+    const int threads = static_cast<int>(std::min<int64_t>(256, (p.head_dim + 31) / 32 * 32));
+    const auto merge = n == kMergeChunk ? merge_splits_kernel<T, kMergeChunk>
+                       : n == 8         ? merge_splits_kernel<T, 8>
+                                        : merge_splits_kernel<T, 4>;
     PVT_RETURN_IF_ERROR(launch_kernel(merge, rows, threads, 0, 1, true, stream, p, splits, ws));
   }
   return Status::Ok();

@@ -444,6 +444,12 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
   return plan;
 }
 
+bool merge_warp_of(const DecodeAttentionParams& p, const Plan& plan) {
+  const int64_t v = p.head_dim % 32 == 0 ? p.head_dim / 32 : 0;
+  // Not for fixed splits (split_keys): a batch-invariant row would then take one kernel or the other by the batch.
+  return !plan.merge_wide && plan.split_keys == 0 && v >= 2 && v <= 4 && plan.rows_total >= kMergeWarpMinRows;
+}
+
 bool merge_wide_of(const DecodeOptions& o, const Plan& plan) {
   if (plan.splits <= 1 || plan.cluster || plan.split_keys > 0 || o.merge_wide < 0) return false;
   // Balanced grids: `splits` is the longest entry's count; most entries merge a few, where the wide kernel

@@ -41,6 +41,7 @@ constexpr int kMmaStages = 3;             // tiles in flight with one M-tile: tw
 constexpr int kMaxClusterSplits = 8;      // most blocks of a cluster: the portable limit (16 measured slower)
 constexpr int kMergeChunk = 16;           // splits merge_splits_kernel reads per L2 round trip
 constexpr int kMergeThreads = 256;        // threads of a merge_splits_wide_kernel block (one row)
+constexpr int kMergeWarpRows = 8;         // rows (warps) of a merge_splits_warp_kernel block
 constexpr int kMergeLoads = 8;            // splits a merge_splits_wide_kernel thread loads per L2 round trip
 constexpr int kMergeChunkWide = 32;       // the 8-bit merge's past kMergeChunk splits (quant_plan::merge_chunk_of)
 
@@ -181,6 +182,13 @@ struct Plan {
 // past kMergeChunk splits but not for a balanced grid, or as DecodeOptions::merge_wide forces; never for
 // split_keys plans (their merge is in split order, merge_splits_kernel's).
 bool merge_wide_of(const DecodeOptions& o, const Plan& plan);
+// Otherwise whether it is merge_splits_warp_kernel (a warp a row) rather than merge_splits_kernel (a block a
+// row): at head dim 64, 96 or 128 with at least kMergeWarpMinRows rows, not for fixed splits. H100, every family row timed with each in
+// turn: 3-10 % faster from 224 rows (Falcon B=64 S=2k 31.21 -> 28.11 µs, StarCoder B=64 S=2k 41.16 -> 37.62), up to
+// 8 % slower at 128 rows or fewer over 16 splits (MQA 32/1 B=4 S=8k 14.29 -> 15.39, Llama-2 B=1 S=512 8.95 ->
+// 9.46), where a block a row has more warps in flight for the few rows.
+constexpr int64_t kMergeWarpMinRows = 256;
+bool merge_warp_of(const DecodeAttentionParams& p, const Plan& plan);
 
 // The options a call runs with: p.options, or the defaults.
 const DecodeOptions& options_of(const DecodeAttentionParams& p);

@@ -48,9 +48,10 @@ const Device kGpu = Device::cuda(0);
 // options (splits, warps, cluster) that pass forces on every call.
 std::string g_mode;
 DecodeOptions g_options;
-// Calls whose plan merged through merge_splits_wide_kernel / merge_splits_kernel (count_merge): a pass meant
-// for one of them must have run it.
-int64_t g_wide_merges = 0, g_row_merges = 0;
+// Calls whose plan merged through merge_splits_wide_kernel / merge_splits_kernel or merge_splits_warp_kernel
+// (count_merge; g_warp_merges: those of the row merges that took the warp kernel): a pass meant for one of them
+// must have run it.
+int64_t g_wide_merges = 0, g_row_merges = 0, g_warp_merges = 0;
 // Whether test_mma_families checks each case's planned M-tiles and row groups: not under the merge passes' 100
 // forced splits, with which the planner takes other (valid) row tiles.
 bool g_check_plans = true;
@@ -60,6 +61,7 @@ void count_merge(const DecodeAttentionParams& p) {
   decode_plan::Plan plan;
   if (!decode_attention_cuda_plan(p, &plan).ok() || plan.splits <= 1 || plan.cluster) return;
   ++(plan.merge_wide ? g_wide_merges : g_row_merges);
+  g_warp_merges += decode_plan::merge_warp_of(p, plan) ? 1 : 0;
 }
 
 int64_t elem_bytes(ScalarType t) { return t == ScalarType::kFloat32 ? 4 : t == ScalarType::kBool ? 1 : 2; }
@@ -996,7 +998,7 @@ int main(int argc, char** argv) {
       g_options.merge_wide = m.wide;
       g_options.balance = m.balance;
       g_check_plans = m.splits == 0;
-      const int64_t wide0 = g_wide_merges, rows0 = g_row_merges;
+      const int64_t wide0 = g_wide_merges, rows0 = g_row_merges, warp0 = g_warp_merges;
       if (m.balance == 0) {  // balanced grids take per-slot cases only, and refuse the row-owning kernel forced
         test_matrix(r, rng, stream);
         test_mma_families(r, rng, stream);
@@ -1007,6 +1009,12 @@ int main(int argc, char** argv) {
       const bool ran = m.wide > 0 ? wide > 0 && rows == 0 : m.wide < 0 ? wide == 0 && rows > 0 : wide > 0;
       r.check(ran, std::string(m.prefix) + "merge_kernel_ran",
               "wide " + std::to_string(wide) + ", row " + std::to_string(rows));
+      // Row merges of 256+ rows at head dims 64-128 take the warp kernel: the forced row pass must include some.
+      const int64_t warp = g_warp_merges - warp0;
+      if (m.wide < 0) r.check(warp > 0 && warp < rows, std::string(m.prefix) + "warp_merge_ran",
+                              "warp " + std::to_string(warp) + " of " + std::to_string(rows) + " row merges");
+      std::printf("info %smerges: wide %lld, row %lld (warp kernel %lld)\n", m.prefix, static_cast<long long>(wide),
+                  static_cast<long long>(rows), static_cast<long long>(warp));
     }
     return r.finish();
   }

@@ -611,6 +611,33 @@ void test_merge_wide(Report& r) {
   r.code(check_options(o), Code::kOk, "merge_wide.off_with_split_keys");
 }
 
+// Which block-or-warp merge kernel a workspace merge takes (merge_warp_of): a warp a row from kMergeWarpMinRows
+// rows at head dim 64, 96 or 128; a block a row for fewer rows, other head dims, the wide kernel's plans and
+// fixed splits (batch-invariant rows).
+void test_merge_warp(Report& r) {
+  using pvt::decode_plan::merge_warp_of;
+  using pvt::decode_plan::Plan;
+  struct Want {
+    const char* name; int64_t D, rows; bool wide; int64_t split_keys; bool warp;
+  };
+  const Want wants[] = {
+      {"d64_256_rows", 64, 256, false, 0, true},     {"d64_255_rows", 64, 255, false, 0, false},
+      {"d96_falcon_b64", 96, 4544, false, 0, true},  {"d128_mqa_b64", 128, 2048, false, 0, true},
+      {"d128_llama_b1", 128, 32, false, 0, false},   {"d80", 80, 4544, false, 0, false},
+      {"d256", 256, 4544, false, 0, false},          {"d32", 32, 4544, false, 0, false},
+      {"wide", 128, 4544, true, 0, false},           {"split_keys", 128, 4544, false, 256, false},
+  };
+  for (const Want& w : wants) {
+    DecodeAttentionParams p;
+    p.head_dim = w.D;
+    Plan plan;
+    plan.rows_total = w.rows;
+    plan.merge_wide = w.wide;
+    plan.split_keys = w.split_keys;
+    r.eq(merge_warp_of(p, plan), w.warp, std::string("merge_warp.") + w.name);
+  }
+}
+
 // The 8-bit tensor-core plan (kv_quant_attention_plan.h) on the 132-SM device, 32 query heads (a block
 // takes a kv head's 1 or 4 query heads: blocks a split = B x Hkv): block shape and split count, the values
 // worked out by hand from the rules' comments (docs/QUANTIZED_CACHE.md's H200 runs).
@@ -687,5 +714,6 @@ int main() {
   test_quant_plan(r);
   test_merge_chunk(r);
   test_merge_wide(r);
+  test_merge_warp(r);
   return r.finish();
 }
