@@ -1,6 +1,6 @@
 // The row-owning tensor-core kernel's instances for head dim D (decode_attention_mma_rows_cuda.cuh):
-// fp16/bf16 x 2, 4, 5 or 8 warps (decode_plan::mma_rows_instance_exists: 5 at head_dim 64 only), each a type whose statics hold the
-// device's answers for it. Included by decode_attention_mma_rows_d<D>_cuda.cu only, which instantiates it
+// fp16/bf16 x 2, 4, 5 or 8 warps (decode_plan::mma_rows_instance_exists: 5 at head_dim 64 only), each a type
+// whose statics hold the device's answers for it. Included by decode_attention_mma_rows_d<D>_cuda.cu only, which instantiates it
 // for its D (PVT_DECODE_MMA_ROWS_INSTANTIATE).
 #pragma once
 

@@ -183,10 +183,10 @@ struct Plan {
 // split_keys plans (their merge is in split order, merge_splits_kernel's).
 bool merge_wide_of(const DecodeOptions& o, const Plan& plan);
 // Otherwise whether it is merge_splits_warp_kernel (a warp a row) rather than merge_splits_kernel (a block a
-// row): at head dim 64, 96 or 128 with at least kMergeWarpMinRows rows, not for fixed splits. H100, every family row timed with each in
-// turn: 3-10 % faster from 224 rows (Falcon B=64 S=2k 31.21 -> 28.11 µs, StarCoder B=64 S=2k 41.16 -> 37.62), up to
-// 8 % slower at 128 rows or fewer over 16 splits (MQA 32/1 B=4 S=8k 14.29 -> 15.39, Llama-2 B=1 S=512 8.95 ->
-// 9.46), where a block a row has more warps in flight for the few rows.
+// row): at head dim 64, 96 or 128 with at least kMergeWarpMinRows rows, not for fixed splits. H100, every family
+// row timed with each in turn: 0.90-1.02x the time from 224 rows (Falcon B=64 S=2k 31.21 -> 28.11 µs, StarCoder B=64
+// S=2k 41.16 -> 37.62), up to 8 % slower at 128 rows or fewer over 16 splits (MQA 32/1 B=4 S=8k 14.29 -> 15.39,
+// Llama-2 B=1 S=512 8.95 -> 9.46), where a block a row has more warps in flight for the few rows.
 constexpr int64_t kMergeWarpMinRows = 256;
 bool merge_warp_of(const DecodeAttentionParams& p, const Plan& plan);
 
