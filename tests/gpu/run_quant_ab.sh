@@ -5,7 +5,9 @@
 # tests/gpu/run_quant_ab.sh PRE [STEPS]; STEPS (default "checks bench cudnn"): checks = every case of the change,
 # the broken copy's tensor-core cases, memcheck of the change's tensor-core cases; bench = --bench-only of base,
 # the change, each variant, base again (drift), in that order, one process each; cudnn = bench_quant_cudnn.py;
-# k32 = the change's bench with 32 keys a warp forced; vchecks = each variant's tensor-core cases; sweep = the change's split sweep at B = 1 with 16 keys a warp and with 8 warps; sass = the keys kernels' SASS of the change and of base (cuobjdump). Logs: $OUT/logs.tgz.
+# k32 = the change's bench with 32 keys a warp forced; vchecks = each variant's tensor-core cases; sweep = the change's split sweep at B = 1 with 16 keys a warp and with 8 warps; sass = the keys kernels' SASS of the change and of base (cuobjdump);
+# new = --bench-only of the change alone (no base: a re-timing, with cudnn after it); share = test_slot_share_cuda (the GPU
+# slot ops over shared rows). Logs: $OUT/logs.tgz.
 set -uo pipefail
 P=$1
 STEPS=${2:-checks bench cudnn}
@@ -28,6 +30,10 @@ for step in $STEPS; do
     sweep)  # the change's split sweep at B = 1 with 16 keys a warp (50 KB a block: 4 an SM) and with 8 warps
       run sweep_b1_k16 100 "$P/test_kv_quant_cuda" --sweep --batch 1 --warp-keys 16
       run sweep_b1_w8 100 "$P/test_kv_quant_cuda" --sweep --batch 1 --warps 8 ;;
+    new)
+      run bench_new 150 "$P/test_kv_quant_cuda" --bench-only ;;
+    share)
+      run slot_share 60 "$P/test_slot_share_cuda" ;;
     cudnn)
       run cudnn 80 python3 tests/gpu/bench_quant_cudnn.py ;;
     sass)
