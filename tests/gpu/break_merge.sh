@@ -8,8 +8,8 @@
 #     elements: the cases merged by it (head dims 64, 96, 128, 256+ rows) must fail.
 # Usage: [BREAK=live|groups|warp] bash tests/gpu/break_merge.sh BUILD_DIR [cmake args...]; then
 #        BUILD_DIR/test_decode_attention --merge-only (expected with live/groups: the wide passes fail, merge_rows.*
-#        passes; with warp: cases of 256+ rows at head dims 64-128 in the merge_rows.* and splits100.* passes fail, the wide
-#        passes pass).
+#        passes; with warp: cases of 256+ rows at head dims 64-128 in the merge_rows.* and splits100.* passes fail,
+#        the wide passes pass).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$1; shift
