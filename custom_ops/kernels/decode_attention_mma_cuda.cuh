@@ -162,11 +162,11 @@ __device__ __forceinline__ void rescale_rows(float (&o)[NT][4], const float (&co
 // The pipeline's step into tile i: wait until it has landed for every thread (and every warp is done with
 // tile i - 1), then load tile i + STAGES - 1 into tile i - 1's stage (an empty group past the last tile,
 // so the wait counts stay the same).
-template <int STAGES, class LoadTile>
-__device__ __forceinline__ void next_tile(int64_t i, int64_t n_tiles, LoadTile& load_tile) {
+template <int STAGES, class I, class LoadTile>
+__device__ __forceinline__ void next_tile(I i, I n_tiles, LoadTile& load_tile) {
   cp_async_wait<STAGES - 2>();
   __syncthreads();
-  const int64_t next = i + STAGES - 1;
+  const I next = i + STAGES - 1;
   if (next < n_tiles) {
     load_tile(next, static_cast<int>(next % STAGES));
   } else {
@@ -418,11 +418,14 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
-  for (int64_t i = 0; i < n_tiles; ++i) {
-    next_tile<STAGES>(i, n_tiles, load_tile);
-    const int stage = static_cast<int>(i % STAGES);
-    const int kw = slice * 16;                         // the warp's first key in the tile
-    const int64_t s_w = s_lo + i * kMmaKeys + kw;      // its global index
+  // 32-bit tile counts (an entry's keys are at most INT32_MAX: the host checks kv_len): a 64-bit index and its
+  // modulo by STAGES cost ~25 instructions a tile.
+  const int tiles = static_cast<int>(n_tiles);
+  for (int i = 0; i < tiles; ++i) {
+    next_tile<STAGES>(i, tiles, load_tile);
+    const int stage = i % STAGES;
+    const int kw = slice * 16;                                            // the warp's first key in the tile
+    const int64_t s_w = s_lo + static_cast<int64_t>(i) * kMmaKeys + kw;  // its global index
     if (__any_sync(0xffffffffu, s_w < vis_end[0] || s_w < vis_end[1])) {  // warp-uniform: MMAs need every lane
       // S = Q K^T for the warp's 16 keys: two n8 tiles.
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};

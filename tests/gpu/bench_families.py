@@ -73,7 +73,8 @@ def shapes():
 # with 4 or 8 splits: _rw4s4, _rw5s4, _rw8s4, _rw8s8; a variant a shape has no kernel for is recorded as refused), and
 # the wide merge kernel forced on (_mw) or off (_mn; a plan's text ends in " mw" where it merges wide), and
 # 16 splits merged wide or 32 / 64 splits (wide past 16) where the plan takes a cluster or fewer (_s16mw,
-# _s32, _s64; _rt2s32: the same with one block for 32 query rows). --variants NAME,... times only those.
+# _s32, _s64; _rt2s32: the same with one block for 32 query rows), the tensor-core kernel for one row a kv head
+# (MHA: _mha, with 4 or 8 warps _mhaw4, _mhaw8). --variants NAME,... times only those.
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt1", {"mma_row_tiles": 1}),
             ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s4", {"splits": 4}),
             ("_s8", {"splits": 8}), ("_s16", {"splits": 16}), ("_b2", {"mma_blocks_per_sm": 2}),
@@ -87,7 +88,8 @@ VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt
             ("_w4s16", {"mma_warps": 4, "splits": 16}), ("_w4s32", {"mma_warps": 4, "splits": 32}),
             ("_w4rt2s16", {"mma_warps": 4, "mma_row_tiles": 2, "splits": 16}),
             ("_w4rt2s32", {"mma_warps": 4, "mma_row_tiles": 2, "splits": 32}),
-            ("_w4rt2s64", {"mma_warps": 4, "mma_row_tiles": 2, "splits": 64}))
+            ("_w4rt2s64", {"mma_warps": 4, "mma_row_tiles": 2, "splits": 64}), ("_mha", {"mma_mha": True}),
+            ("_mhaw4", {"mma_mha": True, "mma_warps": 4}), ("_mhaw8", {"mma_mha": True, "mma_warps": 8}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
 

@@ -18,7 +18,7 @@ copy_sources "$build"
 f=$build/src/custom_ops/kernels/decode_attention_merge_wide_cuda.cuh
 w=$build/src/custom_ops/kernels/decode_attention_merge_cuda.cuh
 case "${BREAK:-live}" in
-  warp) edit_once "$w" 'aj[u][v] = ws.acc[at * D + lane + 32 * v];' 'aj[u][v] = ws.acc[at * D + lane];' ;;
+  warp) edit_once "$w" 'merge_row<N, V>(ws, rows_total, g, D, lane, 32, splits' 'merge_row<N, V>(ws, rows_total, g, D, lane, 0, splits' ;;
   live) edit_once "$f" 'const int64_t live = (splits - j0 + Q - 1) / Q;' 'const int64_t live = (splits - j0 + Q - 1) / Q - 1;' ;;
   groups) edit_once "$f" 'acc += w * group_acc[k * D + d];' 'acc += w * group_acc[d];' ;;
   *) echo "break_merge: BREAK must be live, groups or warp; got ${BREAK}" >&2; exit 2 ;;

@@ -11,8 +11,11 @@
 #             16 keys of P
 # With ONLY=rows, only the last edit: the row-owning kernel's cases must fail, no other. With ONLY=rows5, one
 # edit of the 5-warp instance alone (the last of its 4 loading warps loads nothing): its cases (".w5", ".rows5",
-# ".plan" at head_dim 64) must fail, no other.
-# Usage: [ONLY=rows|rows5] bash tests/gpu/break_mma_families.sh BUILD_DIR [cmake args...]; then
+# ".plan" at head_dim 64) must fail, no other. With ONLY=pieces, finish_block's 16-byte pieces (the row's second
+# half of floats read as its first, in the one-split write and in a cluster's merge of 2, 4 or 8 peers): every
+# case whose rows end in their blocks must fail but the out_offset.* ones (written element by element), and no
+# case through the workspace and merge kernel.
+# Usage: [ONLY=rows|rows5|pieces] bash tests/gpu/break_mma_families.sh BUILD_DIR [cmake args...]; then
 #        BUILD_DIR/test_decode_attention --families-only (expected: every case fails, none passes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,6 +25,14 @@ src=$build/src
 copy_sources "$build"
 k=$src/custom_ops/kernels/decode_attention_mma_cuda.cuh
 edit() { edit_once "${3:-$k}" "$1" "$2"; }  # edit FROM TO [FILE]: default the tensor-core kernel's
+m=$src/custom_ops/kernels/decode_attention_merge_cuda.cuh
+if [ "${ONLY:-}" = pieces ]; then
+  edit 'const float4 a0 = pa[0], a1 = pa[1];' 'const float4 a0 = pa[0], a1 = pa[0];' "$m"
+  edit 'ac[c][1] = pa[1];' 'ac[c][1] = pa[0];' "$m"
+  build_copy "$build" test_decode_attention "$@"
+  echo "broken copy built: $build/test_decode_attention --families-only"
+  exit 0
+fi
 if [ "${ONLY:-}" = rows5 ]; then
   edit 'const bool loader = static_cast<int>(threadIdx.x) < LOADERS;' \
        'const bool loader = static_cast<int>(threadIdx.x) < LOADERS - 32;' "$src/custom_ops/kernels/decode_attention_mma_rows_cuda.cuh"
@@ -33,7 +44,8 @@ if [ "${ONLY:-}" != rows ]; then
   edit 'const int w = tile + j * MT;' 'const int w = j * MT;'
   edit 'q_frag(qf, kp + 1);' 'q_frag(qf, kp);'
   edit 'ok ? kb + s * ks0 + cc * 8 : kb, ok);' 'ok ? kb + s * ks0 + (cc == CH - 1 ? 0 : cc) * 8 : kb, ok);'
-  edit 'const int hg = (st.row0 + r) / tq;' 'const int hg = r / tq;' "$src/custom_ops/kernels/decode_attention_merge_cuda.cuh"
+  edit 'const int hg = tq == 1 ? st.row0 + r : (st.row0 + r) / tq;' 'const int hg = tq == 1 ? r : r / tq;' \
+       "$src/custom_ops/kernels/decode_attention_merge_cuda.cuh"
 fi
 edit 'const int vkey = kk * 16 + (lane & 7)' 'const int vkey = (lane & 7)' "$src/custom_ops/kernels/decode_attention_mma_rows_cuda.cuh"
 build_copy "$build" test_decode_attention "$@"
