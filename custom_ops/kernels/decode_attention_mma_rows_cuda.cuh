@@ -107,11 +107,10 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 5 ? 2 : 1)
 #pragma unroll
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
-  const int tiles = static_cast<int>(n_tiles);  // 32-bit, as in decode_attention_mma_kernel
-  for (int i = 0; i < tiles; ++i) {
-    next_tile<STAGES>(i, tiles, load_tile);  // one barrier a tile
-    const int stage = i % STAGES;
-    const int64_t s_t = s_lo + static_cast<int64_t>(i) * KT;  // the tile's first key
+  for (int64_t i = 0; i < n_tiles; ++i) {
+    next_tile<STAGES>(i, n_tiles, load_tile);  // one barrier a tile
+    const int stage = static_cast<int>(i % STAGES);
+    const int64_t s_t = s_lo + i * KT;  // the tile's first key
     if (!warp_live || !__any_sync(0xffffffffu, s_t < vis_end[0] || s_t < vis_end[1])) continue;
     // S = Q K^T: 16 rows x KT keys, KN n8 tiles.
     float s[KN][4];
