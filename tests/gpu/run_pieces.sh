@@ -41,13 +41,14 @@ else
     case $t in base*) cp "$BASE/libpvt_spec.so" build/spec_capi/ ;; *) cp build/spec_capi_new/libpvt_spec.so build/spec_capi/ ;; esac
     run "table_$t" 150 python3 tests/gpu/bench_families.py "$O/$t.json" --capi "$@"
   done
-  # Nsight Compute of two short calls with each library (instructions and time of each kernel, ours then cuDNN).
+  # Nsight Compute of three short calls with each library (instructions and time of each kernel, ours then cuDNN).
   for t in ${NCU-base new}; do
     case $t in base) cp "$BASE/libpvt_spec.so" build/spec_capi/ ;; *) cp build/spec_capi_new/libpvt_spec.so build/spec_capi/ ;; esac
     SOURCE=$([ $t = new ] && echo 1) OUT=$O/ncu_$t CAPI=1 SDPA=cudnn PROFILES=$'falcon_b64_s512 71 1 64 64 512\nstarcoder_b16_s512 48 1 128 16 512\nmqa32_b1_s2k 32 1 128 1 2048' \
       timeout 150 bash tests/gpu/ncu_mqa.sh > "$O/ncu_$t.log" 2>&1
     tar xzf "$O/ncu_$t/ncu.tgz" -C "$O/ncu_$t" 2>/dev/null
     for c in "$O"/ncu_$t/ncu/*.csv; do
+      case $c in *.sass.csv) continue ;; esac  # the source counters (SOURCE=1): read, not summed
       python3 - "$c" "$t" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
