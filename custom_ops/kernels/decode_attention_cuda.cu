@@ -113,7 +113,7 @@ auto by_mma_head_dim(int64_t D, Fn&& fn) {
 // for this device comes from older targets (a T4 or V100 build, or PTX for one) they are compiled out,
 // so the plan must not pick that kernel there.
 bool mma_compiled() {
-  static const bool ok = mma_facts<128>(ScalarType::kFloat16, 4, 1).sm80;
+  static const bool ok = mma_facts<128>(ScalarType::kFloat16, 4, 1, 16).sm80;
   return ok;
 }
 
@@ -185,9 +185,11 @@ Status occupancy_of(const DecodeAttentionParams& p, const Plan& plan, decode_pla
     std::copy(f.max_clusters, f.max_clusters + kMaxClusterSplits + 1, occ->mma_max_clusters[w]);
     return Status::Ok();
   }
-  if (plan.mma_kernel) {
+  if (plan.mma_kernel) {  // the plan's M-tiles and keys a warp with 4 and with 8 warps (none: resident 0)
     for (int w : {4, 8}) {
-      const MmaFacts f = by_mma_head_dim(p.head_dim, [&](auto d) { return mma_facts<decltype(d)::value>(p.dtype, w, plan.mma_tiles); });
+      const MmaFacts f = by_mma_head_dim(p.head_dim, [&](auto d) {
+        return mma_facts<decltype(d)::value>(p.dtype, w, plan.mma_tiles, plan.mma_warp_keys);
+      });
       occ->mma_resident[w == 8] = f.resident;
       occ->mma_cluster_limit[w == 8] = f.cluster_limit;
       std::copy(f.max_clusters, f.max_clusters + kMaxClusterSplits + 1, occ->mma_max_clusters[w == 8]);

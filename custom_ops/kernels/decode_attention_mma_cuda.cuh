@@ -309,13 +309,14 @@ __device__ __forceinline__ int64_t visible_end(const Entry& e, int tq, int row0,
 
 // T: __half or __nv_bfloat16; D: 64, 80, 96, 128 or 256 (CH = D / 8 chunks of 16 bytes per key, rows of
 // CHS = mma_row_chunks(D) chunks in shared memory); WARPS: 4 or 8; MT: M-tiles of 16 rows (1, 2, 4, 8).
-// Warp w computes M-tile w % MT over key slice w / MT (16 keys) of every tile. 8 warps put two warps on
+// Warp w computes M-tile w % MT over key slice w / MT (KW keys: 16, or 32 for the instances of
+// mma_instance_exists) of every tile. 8 warps put two warps on
 // each scheduler, so one hides the other's dependency stalls, and halve the instructions each warp issues
 // per key (its share of the tile loads and MMAs): what a short block, bound by its instruction latency,
 // pays for (Nsight Compute on the H200, docs/H200_DECODE_PARITY.md).
 // BALANCED: a balanced grid (decode_attention_balance_cuda.cuh), each block's work found from the lengths;
 // its own instances, so that the other plans' code is the same as without it.
-template <typename T, int D, int WARPS, int MT, bool BALANCED>
+template <typename T, int D, int WARPS, int MT, bool BALANCED, int KW = 16>
 __global__ void __launch_bounds__(WARPS * 32)
     decode_attention_mma_kernel(const DecodeAttentionParams p, const SplitCount splits, Workspace ws,
                                 const bool cluster, const int row_groups) {
@@ -323,11 +324,12 @@ __global__ void __launch_bounds__(WARPS * 32)
   constexpr int CHS = mma_row_chunks(D);     // ... per row in shared memory
   constexpr int KS = D / 16;                 // k16 steps of Q K^T (odd at D = 80)
   constexpr int NT = D / 8;                  // n8 tiles of O (even for every D here)
-  constexpr int NTHR = WARPS * 32, kMmaKeys = mma_tile_keys(WARPS, MT);  // threads; keys per tile
-  constexpr int STAGES = mma_stages(D, WARPS, MT);
+  constexpr int NTHR = WARPS * 32, kMmaKeys = mma_tile_keys(WARPS, MT, KW);  // threads; keys per tile
+  constexpr int STAGES = mma_stages(D, WARPS, MT, KW);
+  constexpr int KN = KW / 8;                 // n8 tiles of a warp's scores
   constexpr int ROWS = kMmaMaxRows * MT;     // rows of the block
   constexpr bool kQInRegisters = D <= 128;   // at 256, Q's fragments (64 registers) are read per tile instead
-  static_assert(mma_instance_exists(D, WARPS, MT), "an instance the planner can pick");
+  static_assert(mma_instance_exists(D, WARPS, MT, KW), "an instance the planner can pick");
   static_assert(NT % 2 == 0, "two n8 tiles of O per ldmatrix");
   extern __shared__ __align__(16) uint4 smem[];
   // Stage st of the K tile, and of the V tile.
@@ -424,38 +426,43 @@ __global__ void __launch_bounds__(WARPS * 32)
   for (int i = 0; i < tiles; ++i) {
     next_tile<STAGES>(i, tiles, load_tile);
     const int stage = i % STAGES;
-    const int kw = slice * 16;                                            // the warp's first key in the tile
+    const int kw = slice * KW;                                            // the warp's first key in the tile
     const int64_t s_w = s_lo + static_cast<int64_t>(i) * kMmaKeys + kw;  // its global index
     if (__any_sync(0xffffffffu, s_w < vis_end[0] || s_w < vis_end[1])) {  // warp-uniform: MMAs need every lane
-      // S = Q K^T for the warp's 16 keys: two n8 tiles.
-      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      // S = Q K^T for the warp's KW keys: KN n8 tiles.
+      float s[KN][4];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < KN; ++nt) {
+        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
         const int key = kw + nt * 8 + (lane & 7);
         qk_n8<T, KS, CHS, kQInRegisters>(s[nt], sk(stage), key, lane, qa, q_frag);
       }
       // Online softmax of rows r0 (s[.][0..1]) and r0 + 8 (s[.][2..3]); lanes 4r..4r+3 share a row.
-      // Visibility as a 32-bit count of the warp's 16 keys (a short block's cost is its instruction
+      // Visibility as a 32-bit count of the warp's KW keys (a short block's cost is its instruction
       // count: one warp per scheduler, every dependency exposed).
       float corr[2];
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
         const int64_t ahead = vis_end[hi] - s_w;
-        const int visible = ahead <= 0 ? 0 : ahead >= 16 ? 16 : static_cast<int>(ahead);
+        const int visible = ahead <= 0 ? 0 : ahead >= KW ? KW : static_cast<int>(ahead);
         // this lane's share of the row sum; the 4 lanes of a row add up at the end
         corr[hi] = online_softmax_row(s, hi, 2 * (lane % 4), visible, m[hi], l[hi], [=](int, int) { return scale2; });
       }
       rescale_rows(o, corr);
-      // O += P V: P (16 rows x 16 keys) is the A operand straight from the S accumulators.
-      uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]), pack2<T>(s[1][0], s[1][1]),
-                        pack2<T>(s[1][2], s[1][3])};
-      const int vkey = kw + (lane & 7) + ((lane >> 3) & 1) * 8;
+      // O += P V, 16 keys a step: P (16 rows x 16 keys) is the A operand straight from two n8 tiles of S.
 #pragma unroll
-      for (int dn = 0; dn < NT; dn += 2) {  // two n8 tiles of dims (chunks dn, dn + 1) per ldmatrix
-        uint32_t vf[4];
-        ldmatrix_x4_trans(vf, sv(stage) + swz<CHS>(vkey, dn + (lane >> 4)));
-        mma_16816<T>(o[dn], pa, vf[0], vf[1]);
-        mma_16816<T>(o[dn + 1], pa, vf[2], vf[3]);
+      for (int kk = 0; kk < KN / 2; ++kk) {
+        const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                                pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        const int vkey = kw + kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+        for (int dn = 0; dn < NT; dn += 2) {  // two n8 tiles of dims (chunks dn, dn + 1) per ldmatrix
+          uint32_t vf[4];
+          ldmatrix_x4_trans(vf, sv(stage) + swz<CHS>(vkey, dn + (lane >> 4)));
+          mma_16816<T>(o[dn], pa, vf[0], vf[1]);
+          mma_16816<T>(o[dn + 1], pa, vf[2], vf[3]);
+        }
       }
     }
   }
@@ -474,7 +481,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   float* sm_l = sm_m + WARPS * kMmaMaxRows;                    // [WARPS][16]
   float* st_m = sm_l + WARPS * kMmaMaxRows;                    // [ROWS]: the block's partials (natural log)
   float* st_l = st_m + ROWS;                                   // [ROWS]
-  static_assert(mma_merge_bytes(D, WARPS, MT) <= mma_smem_bytes(D, WARPS, MT), "the merge fits the tiles' space");
+  static_assert(mma_merge_bytes(D, WARPS, MT) <= mma_smem_bytes(D, WARPS, MT, KW), "the merge fits the tiles' space");
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {
     const int r = r0 + 8 * hi;

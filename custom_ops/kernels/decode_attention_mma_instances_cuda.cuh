@@ -40,12 +40,13 @@ MmaFacts query_mma_facts(Kernel kernel, int threads, size_t smem) {
   return x;
 }
 
-template <typename T, int D, int WARPS, int MT>
+template <typename T, int D, int WARPS, int MT, int KW>
 struct Mma {
-  static constexpr auto kernel = decode_attention_mma_kernel<T, D, WARPS, MT, false>;
-  static constexpr auto balanced_kernel = decode_attention_mma_kernel<T, D, WARPS, MT, true>;  // Plan::balance_blocks
-  static constexpr bool kBalanced = true;
-  static constexpr size_t smem = mma_smem_bytes(D, WARPS, MT);
+  static constexpr auto kernel = decode_attention_mma_kernel<T, D, WARPS, MT, false, KW>;
+  // Plan::balance_blocks: the 16-key instances only (32 keys a warp: the kernel itself, never launched balanced).
+  static constexpr bool kBalanced = KW == 16;
+  static constexpr auto balanced_kernel = decode_attention_mma_kernel<T, D, WARPS, MT, kBalanced, KW>;
+  static constexpr size_t smem = mma_smem_bytes(D, WARPS, MT, KW);
   static constexpr int threads = WARPS * 32;
   static MmaFacts facts() {
     static const MmaFacts f = [] {
@@ -92,21 +93,27 @@ Status launch_mma_instance(const DecodeAttentionParams& p, const decode_plan::Pl
                        stream, p, splits, ws, plan.cluster, static_cast<int>(plan.row_groups));
 }
 
-// fn(Mma<T, D, W, MT>{}) where that instance is built, else none(). Plain function templates, no generic
+// fn(Mma<T, D, W, MT, KW>{}) where that instance is built, else none(). Plain function templates, no generic
 // lambdas: nvcc's host pass deduced `decltype(t)` of a lambda's `auto t` as a reference (Mma<__half&, ...>,
 // whose kernel stub the device code never registered: every query about it failed, and the planner then
 // took the tensor-core kernel for absent; H200 run of 2026-12-01 20:40 UTC).
-template <typename T, int D, int W, int MT, typename Fn, typename None>
+template <typename T, int D, int W, int MT, typename Fn, typename None, int KW = 16>
 auto mma_instance(Fn& fn, None& none) {
-  if constexpr (mma_instance_exists(D, W, MT)) {
-    return fn(Mma<T, D, W, MT>{});
+  if constexpr (mma_instance_exists(D, W, MT, KW)) {
+    return fn(Mma<T, D, W, MT, KW>{});
   } else {
     return none();
   }
 }
 
 template <typename T, int D, typename Fn, typename None>
-auto mma_typed(int warps, int tiles, Fn& fn, None& none) {
+auto mma_typed(int warps, int tiles, int warp_keys, Fn& fn, None& none) {
+  if (warp_keys == 32) {  // 4 warps, one or two M-tiles (mma_instance_exists)
+    if (warps != 4) return none();
+    return tiles == 1 ? mma_instance<T, D, 4, 1, Fn, None, 32>(fn, none)
+                      : tiles == 2 ? mma_instance<T, D, 4, 2, Fn, None, 32>(fn, none) : none();
+  }
+  if (warp_keys != 16) return none();
   if (tiles == 1) return warps == 8 ? mma_instance<T, D, 8, 1>(fn, none) : warps == 4 ? mma_instance<T, D, 4, 1>(fn, none) : none();
   if (warps != 8) return none();
   switch (tiles) {
@@ -118,15 +125,15 @@ auto mma_typed(int warps, int tiles, Fn& fn, None& none) {
 }
 
 template <int D, typename Fn, typename None>
-auto with_mma_instance(ScalarType dtype, int warps, int tiles, Fn&& fn, None&& none) {
-  if (dtype == ScalarType::kFloat16) return mma_typed<__half, D>(warps, tiles, fn, none);
-  if (dtype == ScalarType::kBFloat16) return mma_typed<__nv_bfloat16, D>(warps, tiles, fn, none);
+auto with_mma_instance(ScalarType dtype, int warps, int tiles, int warp_keys, Fn&& fn, None&& none) {
+  if (dtype == ScalarType::kFloat16) return mma_typed<__half, D>(warps, tiles, warp_keys, fn, none);
+  if (dtype == ScalarType::kBFloat16) return mma_typed<__nv_bfloat16, D>(warps, tiles, warp_keys, fn, none);
   return none();
 }
 
 template <int D>
-MmaFacts mma_facts(ScalarType dtype, int warps, int tiles) {
-  return with_mma_instance<D>(dtype, warps, tiles, [](auto inst) { return decltype(inst)::facts(); },
+MmaFacts mma_facts(ScalarType dtype, int warps, int tiles, int warp_keys) {
+  return with_mma_instance<D>(dtype, warps, tiles, warp_keys, [](auto inst) { return decltype(inst)::facts(); },
                               [] { return MmaFacts{}; });
 }
 
@@ -134,17 +141,18 @@ template <int D>
 Status mma_launch(const DecodeAttentionParams& p, const decode_plan::Plan& plan, const SplitCount& splits,
                   const Workspace& ws, cudaStream_t stream) {
   return with_mma_instance<D>(
-      p.dtype, plan.mma_warps, plan.mma_tiles,
+      p.dtype, plan.mma_warps, plan.mma_tiles, plan.mma_warp_keys,
       [&](auto inst) { return launch_mma_instance<decltype(inst)>(p, plan, splits, ws, stream); },
       [&] {
         return Status(Code::kInvalidArgument, "decode_attention_cuda: no tensor-core kernel for head_dim " +
                                                   std::to_string(D) + ", " + std::to_string(plan.mma_warps) +
-                                                  " warps, " + std::to_string(plan.mma_tiles) + " M-tiles");
+                                                  " warps, " + std::to_string(plan.mma_tiles) + " M-tiles, " +
+                                                  std::to_string(plan.mma_warp_keys) + " keys a warp");
       });
 }
 
 #define PVT_DECODE_MMA_INSTANTIATE(D)                                                                  \
-  template MmaFacts mma_facts<D>(ScalarType, int, int);                                               \
+  template MmaFacts mma_facts<D>(ScalarType, int, int, int);                                          \
   template Status mma_launch<D>(const DecodeAttentionParams&, const decode_plan::Plan&, const SplitCount&, \
                                 const Workspace&, cudaStream_t);
 

@@ -30,11 +30,12 @@ struct MmaFacts {
   int max_clusters[decode_plan::kMaxClusterSplits + 1] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
 };
 
-// For head dim D (one of decode_plan::mma_head_dim), dtype fp16 or bf16 (others: no instance).
+// For head dim D (one of decode_plan::mma_head_dim), dtype fp16 or bf16 (others: no instance), `warps` x `tiles`
+// M-tiles x `warp_keys` keys a warp (16 or 32).
 template <int D>
-MmaFacts mma_facts(ScalarType dtype, int warps, int tiles);
+MmaFacts mma_facts(ScalarType dtype, int warps, int tiles, int warp_keys);
 
-// Queues the instance of `plan` (its warps and M-tiles) on grid (entries x row groups, splits): clusters of
+// Queues the instance of `plan` (its warps, M-tiles and keys a warp) on grid (entries x row groups, splits): clusters of
 // the splits where planned, one block an SM kept so by its shared memory where planned
 // (Plan::mma_sm_exclusive).
 template <int D>
@@ -50,7 +51,7 @@ Status mma_rows_launch(const DecodeAttentionParams& p, const decode_plan::Plan& 
                        const Workspace& ws, cudaStream_t stream);
 
 #define PVT_DECODE_MMA_DECLARE(D)                                                                             \
-  extern template MmaFacts mma_facts<D>(ScalarType, int, int);                                               \
+  extern template MmaFacts mma_facts<D>(ScalarType, int, int, int);                                          \
   extern template Status mma_launch<D>(const DecodeAttentionParams&, const decode_plan::Plan&, const SplitCount&, \
                                        const Workspace&, cudaStream_t);                                      \
   extern template MmaFacts mma_rows_facts<D>(ScalarType, int);                                               \

@@ -102,6 +102,7 @@ bool mma_one_block_an_sm(const DecodeAttentionParams& p, const Plan& plan) {
 
 // Several M-tiles: always 8 warps (the only instances: each warp one M-tile of one key slice).
 int choose_mma_warps(const DecodeAttentionParams& p, const Plan& plan, const KernelOccupancy& occ) {
+  if (plan.mma_warp_keys == 32) return 4;  // its only instances
   if (plan.mma_tiles > 1) return 8;
   const int forced = options_of(p).mma_warps;
   bool eight = forced != 0 ? forced == 8 : mma_one_block_an_sm(p, plan) && plan.keys_per_split <= kEightWarpsMaxKeys;
@@ -221,6 +222,16 @@ int choose_rows_warps(const DecodeAttentionParams& p, int64_t R, int64_t entries
   return (p.kv_len + n - 1) / n >= kMmaRowsMinKeys ? 4 : 0;
 }
 
+// Keys a warp of the key-slice kernel takes of each tile: 32 only where DecodeOptions::mma_warp_keys asks and such an
+// instance exists (4 warps: none of 8), never for batch-invariant (split_keys) or balanced plans (their kernels are
+// the 16-key instances), nor with 8 warps forced.
+int choose_warp_keys(const DecodeAttentionParams& p, int tiles) {
+  const DecodeOptions& o = options_of(p);
+  const bool k32 = o.mma_warp_keys == 32 && o.split_keys == 0 && o.balance == 0 && o.mma_warps != 8 &&
+                   mma_instance_exists(static_cast<int>(p.head_dim), 4, tiles, 32);
+  return k32 ? 32 : 16;
+}
+
 // Short contexts on a small grid: the splits of each (entry, kv head, row group) as one full cluster of
 // `limit` blocks of at least kFullClusterMinKeys keys each, rather than fewer, longer splits
 // (kMinKeysPerSplit stops B=1 S=512 at 4 splits of 128 keys) or more, shorter ones merged by the second
@@ -258,7 +269,8 @@ Status check_mma_resident(const DecodeAttentionParams& p, const Plan& plan, cons
   const int D = static_cast<int>(p.head_dim);
   return Status(Code::kDriver, "decode_attention_cuda: the tensor-core kernel cannot be resident (" +
                                    std::to_string(plan.mma_rows ? mma_rows_smem_bytes(D, plan.mma_warps)
-                                                                : mma_smem_bytes(D, plan.mma_warps, plan.mma_tiles)) +
+                                                                : mma_smem_bytes(D, plan.mma_warps, plan.mma_tiles,
+                                                                                 plan.mma_warp_keys)) +
                                    " bytes of shared memory)");
 }
 
@@ -361,6 +373,10 @@ Status check_options(const DecodeOptions& o) {
     return Status(Code::kInvalidArgument,
                   "decode_attention_cuda: options.balance > 0 cannot be combined with options.mma_row_warps > 0");
   }
+  if (o.mma_warp_keys != 0 && o.mma_warp_keys != 16 && o.mma_warp_keys != 32) {
+    return Status(Code::kInvalidArgument,
+                  "decode_attention_cuda: options.mma_warp_keys must be 0, 16 or 32; got " + std::to_string(o.mma_warp_keys));
+  }
   if (o.splits < 0 || (o.mma_warps != 0 && o.mma_warps != 4 && o.mma_warps != 8) || o.mma_blocks_per_sm < 1 ||
       (t != 0 && t != 1 && t != 2 && t != 4 && t != 8)) {
     return Status(Code::kInvalidArgument,
@@ -437,6 +453,7 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
     plan.mma_rows = rows_warps > 0;
     if (plan.mma_rows) plan.mma_warps = rows_warps;
     plan.mma_tiles = plan.mma_rows ? rows_warps : mma ? choose_row_tiles(p, R, entries, plan.sms) : 1;
+    plan.mma_warp_keys = mma && !plan.mma_rows ? choose_warp_keys(p, plan.mma_tiles) : 16;
     plan.rows = mma ? kMmaMaxRows * plan.mma_tiles : kWarps;
   }
   plan.row_groups = (R + plan.rows - 1) / plan.rows;

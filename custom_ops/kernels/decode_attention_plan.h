@@ -48,26 +48,27 @@ constexpr int kMergeChunkWide = 32;       // the 8-bit merge's past kMergeChunk 
 // Keys one pass of a one-row block covers (its unit of work): kTile keys for each of its key groups.
 PVT_HOST_DEVICE constexpr int block_step(int lanes) { return kWarps * (32 / lanes) * kTile; }
 
-// ---- The tensor-core kernel's shapes (decode_attention_mma_cuda.cuh), for head dim D, WARPS warps and
-// MT M-tiles of 16 rows. Its warps form MT row tiles x WARPS / MT key slices: each warp holds one 16-row
-// tile of accumulators (what a thread's registers allow at D = 256) over 16 keys of every K/V tile, so a
-// tile has 16 x WARPS / MT keys and all M-tiles share each tile's single trip from HBM.
+// ---- The tensor-core kernel's shapes (decode_attention_mma_cuda.cuh), for head dim D, WARPS warps, MT
+// M-tiles of 16 rows and KW keys a warp. Its warps form MT row tiles x WARPS / MT key slices: each warp holds
+// one 16-row tile of accumulators (what a thread's registers allow at D = 256) over KW keys (16 or 32) of
+// every K/V tile, so a tile has KW x WARPS / MT keys and all M-tiles share each tile's single trip from HBM.
 PVT_HOST_DEVICE constexpr bool mma_head_dim(int64_t D) { return D == 64 || D == 80 || D == 96 || D == 128 || D == 256; }
 // 16-byte chunks of a key row in shared memory: whole groups of 8, the XOR swizzle's span (80 and 96 pad
 // to 128: ldmatrix then reads the same conflict-free pattern).
 PVT_HOST_DEVICE constexpr int mma_row_chunks(int D) { return (D / 8 + 7) / 8 * 8; }
-PVT_HOST_DEVICE constexpr int mma_tile_keys(int WARPS, int MT) { return 16 * WARPS / MT; }
+PVT_HOST_DEVICE constexpr int mma_tile_keys(int WARPS, int MT, int KW = 16) { return KW * WARPS / MT; }
 constexpr size_t kMmaSmemBudget = 220 * 1024;  // of the H200's 227 KiB a block may opt in to
 // K and V stages plus the query rows, in bytes.
-PVT_HOST_DEVICE constexpr size_t mma_tiles_bytes(int D, int WARPS, int MT, int stages) {
-  return (static_cast<size_t>(stages) * 2 * mma_tile_keys(WARPS, MT) + kMmaMaxRows * MT) * mma_row_chunks(D) * 16;
+PVT_HOST_DEVICE constexpr size_t mma_tiles_bytes(int D, int WARPS, int MT, int stages, int KW = 16) {
+  return (static_cast<size_t>(stages) * 2 * mma_tile_keys(WARPS, MT, KW) + kMmaMaxRows * MT) * mma_row_chunks(D) * 16;
 }
-// Stages: kMmaStages with one M-tile (the measured kernels of the tables); with more M-tiles the tiles are
-// shorter, so more of them (about 384 keys) stay in flight, as many as the budget allows.
-PVT_HOST_DEVICE constexpr int mma_stages(int D, int WARPS, int MT) {
-  int s = MT == 1 ? kMmaStages : 384 / mma_tile_keys(WARPS, MT);
+// Stages: kMmaStages with one M-tile (the measured kernels of the tables) or 32 keys a warp (two blocks an SM
+// where they fit); with more M-tiles of 16 keys a warp the tiles are shorter, so more of them (about 384 keys)
+// stay in flight, as many as the budget allows.
+PVT_HOST_DEVICE constexpr int mma_stages(int D, int WARPS, int MT, int KW = 16) {
+  int s = MT == 1 || KW == 32 ? kMmaStages : 384 / mma_tile_keys(WARPS, MT, KW);
   s = s < 3 ? 3 : s > 12 ? 12 : s;
-  while (s > 2 && mma_tiles_bytes(D, WARPS, MT, s) > kMmaSmemBudget) --s;
+  while (s > 2 && mma_tiles_bytes(D, WARPS, MT, s, KW) > kMmaSmemBudget) --s;
   return s;
 }
 // The warps' partial states at the end, in floats (they reuse the tiles' space): O, m and l per warp and
@@ -77,15 +78,21 @@ PVT_HOST_DEVICE constexpr size_t mma_merge_bytes(int D, int WARPS, int MT) {
 }
 // Dynamic shared memory of the tensor-core kernel. One M-tile, D = 128: 100 KiB with 4 warps (two blocks
 // an SM), 196 KiB with 8 (one).
-PVT_HOST_DEVICE constexpr size_t mma_smem_bytes(int D, int WARPS, int MT) {
-  const size_t tiles = mma_tiles_bytes(D, WARPS, MT, mma_stages(D, WARPS, MT)), merge = mma_merge_bytes(D, WARPS, MT);
+PVT_HOST_DEVICE constexpr size_t mma_smem_bytes(int D, int WARPS, int MT, int KW = 16) {
+  const size_t tiles = mma_tiles_bytes(D, WARPS, MT, mma_stages(D, WARPS, MT, KW), KW);
+  const size_t merge = mma_merge_bytes(D, WARPS, MT);
   return tiles > merge ? tiles : merge;
 }
-// The instances built (decode_attention_mma_d*_cuda.cu): 4 or 8 warps for one M-tile, 8 for 2, 4 or 8
-// M-tiles; none whose shared memory is over the budget (8 warps, one M-tile at D = 256).
-PVT_HOST_DEVICE constexpr bool mma_instance_exists(int D, int WARPS, int MT) {
-  return mma_head_dim(D) && (MT == 1 ? (WARPS == 4 || WARPS == 8) : (WARPS == 8 && (MT == 2 || MT == 4 || MT == 8))) &&
-         mma_smem_bytes(D, WARPS, MT) <= kMmaSmemBudget;
+// The instances built (decode_attention_mma_d*_cuda.cu): 16 keys a warp with 4 or 8 warps for one M-tile, 8
+// for 2, 4 or 8 M-tiles; none whose shared memory is over the budget (8 warps, one M-tile at D = 256).
+// 32 keys a warp (half the tiles, so half the barriers, waits and softmax rounds a key: a short block's cost
+// is its instruction count) with 4 warps where two blocks still fit an SM: one M-tile at head_dim 64 (128-key
+// tiles, 100 KiB), two M-tiles (32 rows: MQA 32/1, GQA x Tq) at 64-128 (64-key tiles, at most 106 KiB).
+PVT_HOST_DEVICE constexpr bool mma_instance_exists(int D, int WARPS, int MT, int KW = 16) {
+  const bool shape = KW == 16   ? (MT == 1 ? (WARPS == 4 || WARPS == 8) : (WARPS == 8 && (MT == 2 || MT == 4 || MT == 8)))
+                     : KW == 32 ? WARPS == 4 && ((MT == 1 && D == 64) || (MT == 2 && D <= 128))
+                                : false;
+  return mma_head_dim(D) && shape && mma_smem_bytes(D, WARPS, MT, KW) <= kMmaSmemBudget;
 }
 // ---- The row-owning tensor-core kernel (decode_attention_mma_rows_cuda.cuh), for head dim D and WARPS
 // warps: each warp one M-tile of 16 rows over every key of a K/V tile of mma_rows_tile_keys(D) keys (one
@@ -165,6 +172,7 @@ struct Plan {
   int mma_warps = 4;           // ... with blocks of this many warps (4 or 8)
   int mma_tiles = 1;           // ... and this many M-tiles of 16 rows (1, 2, 4, 8): rows = 16 x mma_tiles a
                                // block, row_groups = ceil(rows per kv head / rows) blocks a kv head
+  int mma_warp_keys = 16;      // ... each warp over this many keys of a K/V tile (16 or 32; key-slice kernel)
   bool mma_rows = false;       // ... its row-owning variant (decode_attention_mma_rows_cuda.cuh): each of
                                // the mma_warps warps one M-tile (mma_tiles = mma_warps) over whole K/V tiles
   bool mma_sm_exclusive = false;  // ... and no more blocks than SMs: launched with the shared memory

@@ -22,7 +22,8 @@ bottom-right causal for speculative rows) on the first copy, where K/V repeated 
 under 1 GiB.
 Usage: python3 tests/gpu/bench_families.py OUT.json [--quick] [--reps N] [--max-gib G] [--dtypes fp16,bf16]
        [--only NAME,...] [--budget-s SECONDS] [--variants [NAME,...]] [--min-rows R (only rows of at least R
-       query rows a kv head, q heads / kv heads x Tq: those a rule for large groups can touch)]
+       query rows a kv head, q heads / kv heads x Tq: those a rule for large groups can touch)] [--max-rows R
+       (only rows of at most R: the rest of a table that --min-rows R + 1 times with variants)]
        [--bs B:S,... (only these batch and length pairs, one-token rows)] [--capi (the kernels from
        build/spec_capi/libpvt_spec.so, pvt_capi.py: nothing compiled here; no mma_probe)]
 """
@@ -74,7 +75,8 @@ def shapes():
 # the wide merge kernel forced on (_mw) or off (_mn; a plan's text ends in " mw" where it merges wide), and
 # 16 splits merged wide or 32 / 64 splits (wide past 16) where the plan takes a cluster or fewer (_s16mw,
 # _s32, _s64; _rt2s32: the same with one block for 32 query rows), the tensor-core kernel for one row a kv head
-# (MHA: _mha, with 4 or 8 warps _mhaw4, _mhaw8). --variants NAME,... times only those.
+# (MHA: _mha, with 4 or 8 warps _mhaw4, _mhaw8), the key-slice kernel with 32 keys a warp (4 warps: _k32 with the
+# plan's M-tiles, _k32rt2 with two; _b2 of each: splits for two blocks an SM). --variants NAME,... times only those.
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt1", {"mma_row_tiles": 1}),
             ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s4", {"splits": 4}),
             ("_s8", {"splits": 8}), ("_s16", {"splits": 16}), ("_b2", {"mma_blocks_per_sm": 2}),
@@ -89,7 +91,11 @@ VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt
             ("_w4rt2s16", {"mma_warps": 4, "mma_row_tiles": 2, "splits": 16}),
             ("_w4rt2s32", {"mma_warps": 4, "mma_row_tiles": 2, "splits": 32}),
             ("_w4rt2s64", {"mma_warps": 4, "mma_row_tiles": 2, "splits": 64}), ("_mha", {"mma_mha": True}),
-            ("_mhaw4", {"mma_mha": True, "mma_warps": 4}), ("_mhaw8", {"mma_mha": True, "mma_warps": 8}))
+            ("_mhaw4", {"mma_mha": True, "mma_warps": 4}), ("_mhaw8", {"mma_mha": True, "mma_warps": 8}),
+            ("_k32", {"mma_row_warps": -1, "mma_warp_keys": 32}),
+            ("_k32b2", {"mma_row_warps": -1, "mma_warp_keys": 32, "mma_blocks_per_sm": 2}),
+            ("_k32rt2", {"mma_row_warps": -1, "mma_warp_keys": 32, "mma_row_tiles": 2}),
+            ("_k32rt2b2", {"mma_row_warps": -1, "mma_warp_keys": 32, "mma_row_tiles": 2, "mma_blocks_per_sm": 2}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
 
@@ -109,7 +115,8 @@ def plan_text(pl):
     """A plan (ext.plan) in a few words: kernel, M-tiles (x row groups), warps, splits, cluster, wide merge."""
     groups = f"x{pl['row_groups']}" if pl["row_groups"] > 1 else ""
     return (f"{pl['kernel']} t{pl['mma_tiles']}{groups} w{pl['mma_warps']} s{pl['splits']}"
-            + (" cl" if pl["cluster"] else "") + (" mw" if pl.get("merge_wide") else ""))
+            + (" cl" if pl["cluster"] else "") + (" mw" if pl.get("merge_wide") else "")
+            + (" k32" if pl.get("warp_keys") == 32 else ""))
 
 
 def row(ext, dt, fam, hq, hkv, D, B, S, tq, l2, copy_gbs, reps, variants=()):
@@ -186,7 +193,7 @@ def main():
     budget_s = float(arg("--budget-s", 1e9))
     dts = [DTYPES[x] for x in arg("--dtypes", "fp16,bf16").split(",")]
     only = set(arg("--only", "").split(",")) - {""}
-    min_rows = int(arg("--min-rows", 0))
+    min_rows, max_rows = int(arg("--min-rows", 0)), int(arg("--max-rows", 1 << 30))
     # --variants alone: all of them; --variants NAME,... (no leading dash): those
     after = sys.argv[sys.argv.index("--variants") + 1:] if "--variants" in sys.argv else []
     picked = set(after[0].split(",")) if after and not after[0].startswith("-") else set()
@@ -207,7 +214,7 @@ def main():
     rows, skipped, t0 = [], [], time.time()
     for fam, hq, hkv, D, B, S, tq in shapes():
         for dt in dts:
-            if only and fam not in only or hq // hkv * tq < min_rows or bs and ((B, S) not in bs or tq > 1):
+            if only and fam not in only or not min_rows <= hq // hkv * tq <= max_rows or bs and ((B, S) not in bs or tq > 1):
                 continue
             if "--quick" in sys.argv and (B not in (1, 16) or S not in (512, 8192)) and tq == 1:
                 continue

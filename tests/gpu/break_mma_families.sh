@@ -14,8 +14,10 @@
 # ".plan" at head_dim 64) must fail, no other. With ONLY=pieces, finish_block's 16-byte pieces (the row's second
 # half of floats read as its first, in the one-split write and in a cluster's merge of 2, 4 or 8 peers): every
 # case whose rows end in their blocks must fail but the out_offset.* ones (written element by element), and no
-# case through the workspace and merge kernel.
-# Usage: [ONLY=rows|rows5|pieces] bash tests/gpu/break_mma_families.sh BUILD_DIR [cmake args...]; then
+# case through the workspace and merge kernel. With ONLY=warpkeys, the key-slice kernel's instances of 32 keys a warp
+# (P V reads the warp's first 16 keys of V for its second 16 keys of P): exactly the warp_keys32.* cases that plan
+# such an instance must fail (test_decode_attention --families-only; their plan checks still pass), no other.
+# Usage: [ONLY=rows|rows5|pieces|warpkeys] bash tests/gpu/break_mma_families.sh BUILD_DIR [cmake args...]; then
 #        BUILD_DIR/test_decode_attention --families-only (expected: every case fails, none passes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,6 +31,12 @@ m=$src/custom_ops/kernels/decode_attention_merge_cuda.cuh
 if [ "${ONLY:-}" = pieces ]; then
   edit 'const float4 a0 = pa[0], a1 = pa[1];' 'const float4 a0 = pa[0], a1 = pa[0];' "$m"
   edit 'ac[c][1] = pa[1];' 'ac[c][1] = pa[0];' "$m"
+  build_copy "$build" test_decode_attention "$@"
+  echo "broken copy built: $build/test_decode_attention --families-only"
+  exit 0
+fi
+if [ "${ONLY:-}" = warpkeys ]; then
+  edit 'const int vkey = kw + kk * 16 + (lane & 7)' 'const int vkey = kw + (lane & 7)'
   build_copy "$build" test_decode_attention "$@"
   echo "broken copy built: $build/test_decode_attention --families-only"
   exit 0

@@ -80,8 +80,9 @@ class CApi:
         return dims, ptrs, strides
 
     _OPTIONS = ("splits", "no_mma", "mma_mha", "mma_warps", "no_pdl", "no_cluster", "mma_blocks_per_sm", "split_keys",
-                "mma_row_tiles", "balance", "balance_blocks_per_sm", "merge_chunk", "mma_row_warps", "merge_wide")
-    _OPTION_DEFAULTS = (0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0)  # DecodeOptions' defaults
+                "mma_row_tiles", "balance", "balance_blocks_per_sm", "merge_chunk", "mma_row_warps", "merge_wide",
+                "mma_warp_keys")
+    _OPTION_DEFAULTS = (0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0)  # DecodeOptions' defaults
 
     def set_decode_options(self, **options):
         """pvt_torch's set_decode_options: the DecodeOptions every later plan uses (none: the defaults)."""
@@ -99,14 +100,14 @@ class CApi:
 
     def plan(self, q, k, v, out, kv_len, cache_seqlens=None):
         """pvt_torch's plan: the kernel family, M-tiles, warps, splits, cluster, balanced grid, workspace, the
-        plain plan's splits a balanced grid holds (the rule: the device chooses), the row groups and whether the
-        merge kernel is the wide one."""
-        got = (_I64 * 11)()
+        plain plan's splits a balanced grid holds (the rule: the device chooses), the row groups, whether the
+        merge kernel is the wide one and the keys a warp of the key-slice kernel."""
+        got = (_I64 * 12)()
         self._check(self.lib.pvt_capi_plan(*self._attention_args(q, k, v, out, kv_len, cache_seqlens), got))
         return {"kernel": "mma" if got[0] else "rows" if got[1] else "one_row", "mma_tiles": got[2],
                 "mma_warps": got[3], "splits": got[4], "cluster": bool(got[5]), "balance_grid": got[6],
                 "workspace_bytes": got[7], "balance_plain_splits": got[8], "row_groups": got[9],
-                "merge_wide": bool(got[10])}
+                "merge_wide": bool(got[10]), "warp_keys": got[11]}
 
     def attention(self, q, k, v, out, kv_len, workspace, cache_seqlens=None):
         assert q.dtype == k.dtype == v.dtype == out.dtype and all(t.dim() == 4 for t in (q, k, v, out))

@@ -54,7 +54,7 @@ pvt::DecodeOptions g_options;
 void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_warps, bool no_pdl, bool no_cluster,
                         int64_t mma_blocks_per_sm, int64_t mma_row_tiles, int64_t split_keys, int64_t balance,
                         int64_t mma_row_warps, int64_t balance_blocks_per_sm, int64_t merge_chunk,
-                        int64_t merge_wide) {
+                        int64_t merge_wide, int64_t mma_warp_keys) {
   pvt::DecodeOptions o;
   o.splits = splits;
   o.no_mma = no_mma;
@@ -70,6 +70,7 @@ void set_decode_options(int64_t splits, bool no_mma, bool mma_mha, int64_t mma_w
   o.balance_blocks_per_sm = static_cast<int>(balance_blocks_per_sm);
   o.merge_chunk = static_cast<int>(merge_chunk);
   o.merge_wide = static_cast<int>(merge_wide);
+  o.mma_warp_keys = static_cast<int>(mma_warp_keys);
   check(pvt::decode_plan::check_options(o));
   g_options = o;
 }
@@ -90,6 +91,7 @@ pybind11::dict decode_options() {
   d["balance_blocks_per_sm"] = g_options.balance_blocks_per_sm;
   d["merge_chunk"] = g_options.merge_chunk;
   d["merge_wide"] = g_options.merge_wide;
+  d["mma_warp_keys"] = g_options.mma_warp_keys;
   return d;
 }
 
@@ -202,6 +204,7 @@ pybind11::dict plan(const torch::Tensor& q, const torch::Tensor& k, const torch:
   d["balance_plain_splits"] = pl.balance_plain_splits;
   d["workspace_bytes"] = pl.workspace_bytes;
   d["merge_wide"] = pl.merge_wide;
+  d["warp_keys"] = pl.mma_warp_keys;
   return d;
 }
 
@@ -229,11 +232,11 @@ pybind11::list mma_probe() {
       for (int warps : {4, 8}) {
         dc::MmaFacts f;
         switch (D) {
-          case 64: f = dc::mma_facts<64>(h, warps, tiles); break;
-          case 80: f = dc::mma_facts<80>(h, warps, tiles); break;
-          case 96: f = dc::mma_facts<96>(h, warps, tiles); break;
-          case 128: f = dc::mma_facts<128>(h, warps, tiles); break;
-          default: f = dc::mma_facts<256>(h, warps, tiles); break;
+          case 64: f = dc::mma_facts<64>(h, warps, tiles, 16); break;
+          case 80: f = dc::mma_facts<80>(h, warps, tiles, 16); break;
+          case 96: f = dc::mma_facts<96>(h, warps, tiles, 16); break;
+          case 128: f = dc::mma_facts<128>(h, warps, tiles, 16); break;
+          default: f = dc::mma_facts<256>(h, warps, tiles, 16); break;
         }
         if (f.exists) out.append(facts_dict(f, D, warps, pybind11::int_(tiles)));
       }
@@ -438,6 +441,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("split_keys") = defaults.split_keys, pybind11::arg("balance") = defaults.balance,
         pybind11::arg("mma_row_warps") = defaults.mma_row_warps,
         pybind11::arg("balance_blocks_per_sm") = defaults.balance_blocks_per_sm,
-        pybind11::arg("merge_chunk") = defaults.merge_chunk, pybind11::arg("merge_wide") = defaults.merge_wide);
+        pybind11::arg("merge_chunk") = defaults.merge_chunk, pybind11::arg("merge_wide") = defaults.merge_wide,
+        pybind11::arg("mma_warp_keys") = defaults.mma_warp_keys);
   m.def("decode_options", &decode_options);
 }

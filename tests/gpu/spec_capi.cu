@@ -79,7 +79,7 @@ int64_t pvt_capi_mapped_bytes_total(int device) {
 }
 
 // ints: splits, no_mma, mma_mha, mma_warps, no_pdl, no_cluster, mma_blocks_per_sm, split_keys, mma_row_tiles,
-// balance, balance_blocks_per_sm, merge_chunk, mma_row_warps, merge_wide (pvt::DecodeOptions).
+// balance, balance_blocks_per_sm, merge_chunk, mma_row_warps, merge_wide, mma_warp_keys (pvt::DecodeOptions).
 int pvt_capi_set_decode_options(const int64_t* ints) {
   pvt::DecodeOptions o;
   o.splits = ints[0];
@@ -96,6 +96,7 @@ int pvt_capi_set_decode_options(const int64_t* ints) {
   o.merge_chunk = static_cast<int>(ints[11]);
   o.mma_row_warps = static_cast<int>(ints[12]);
   o.merge_wide = static_cast<int>(ints[13]);
+  o.mma_warp_keys = static_cast<int>(ints[14]);
   const pvt::Status s = pvt::decode_plan::check_options(o);
   if (!s.ok()) return status(s);
   g_options = o;
@@ -113,7 +114,7 @@ int pvt_capi_attention_workspace(const int64_t* dims, void* const* ptrs, const i
 
 // The plan attention would launch (pvt_torch's plan): out = mma kernel, rows kernel, M-tiles, warps, splits,
 // cluster, balanced grid (0: not balanced), workspace bytes, the plain plan's splits the balanced grid holds
-// (0: none; the rule, the device choosing), row groups, the wide merge kernel. `out`: 11 values.
+// (0: none; the rule, the device choosing), row groups, the wide merge kernel, keys a warp. `out`: 12 values.
 int pvt_capi_plan(const int64_t* dims, void* const* ptrs, const int64_t* strides, int64_t* out) {
   auto p = attention_params(dims, ptrs, strides);
   p.options = &g_options;
@@ -122,8 +123,8 @@ int pvt_capi_plan(const int64_t* dims, void* const* ptrs, const int64_t* strides
   if (!s.ok()) return status(s);
   const int64_t v[] = {pl.mma_kernel,  pl.rows_kernel, pl.mma_tiles,    pl.mma_warps,
                        pl.splits,      pl.cluster,     pl.balance_grid, static_cast<int64_t>(pl.workspace_bytes),
-                       pl.balance_plain_splits, pl.row_groups, pl.merge_wide};
-  std::copy(v, v + 11, out);
+                       pl.balance_plain_splits, pl.row_groups, pl.merge_wide, pl.mma_warp_keys};
+  std::copy(v, v + 12, out);
   return 0;
 }
 

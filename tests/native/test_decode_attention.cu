@@ -52,14 +52,24 @@ DecodeOptions g_options;
 // (count_merge; g_warp_merges: those of the row merges that took the warp kernel): a pass meant for one of them
 // must have run it.
 int64_t g_wide_merges = 0, g_row_merges = 0, g_warp_merges = 0;
+// Calls planned on a key-slice instance of 32 keys a warp (Plan::mma_warp_keys), by its head dim and M-tiles
+// (index: 0 = head_dim 64 one M-tile, 1-4 = head_dim 64, 80, 96, 128 two M-tiles): the warp_keys32 pass must run
+// every one of them.
+int64_t g_warp_keys32[5] = {0, 0, 0, 0, 0};
 // Whether test_mma_families checks each case's planned M-tiles and row groups: not under the merge passes' 100
 // forced splits, with which the planner takes other (valid) row tiles.
 bool g_check_plans = true;
 
-// Counts the merge kernel the plan of call p launches (none with one split or a cluster).
+// Counts the merge kernel the plan of call p launches (none with one split or a cluster), and its instance of 32
+// keys a warp.
 void count_merge(const DecodeAttentionParams& p) {
   decode_plan::Plan plan;
-  if (!decode_attention_cuda_plan(p, &plan).ok() || plan.splits <= 1 || plan.cluster) return;
+  if (!decode_attention_cuda_plan(p, &plan).ok()) return;
+  if (plan.mma_kernel && !plan.mma_rows && plan.mma_warp_keys == 32) {
+    const int d = static_cast<int>(p.head_dim);
+    ++g_warp_keys32[plan.mma_tiles == 1 ? 0 : d == 64 ? 1 : d == 80 ? 2 : d == 96 ? 3 : 4];
+  }
+  if (plan.splits <= 1 || plan.cluster) return;
   ++(plan.merge_wide ? g_wide_merges : g_row_merges);
   g_warp_merges += decode_plan::merge_warp_of(p, plan) ? 1 : 0;
 }
@@ -278,6 +288,10 @@ void expect_mma_plan(Report& r, const Case& c, int tiles, int64_t groups, bool r
                 static_cast<long long>(groups));
   r.check(plan.mma_kernel && plan.mma_rows == rows && plan.mma_tiles == tiles && plan.row_groups == groups,
           c.name + ".plan_is_mma", why);
+  // 32 keys a warp wherever the pass asks for them and the key-slice kernel has such an instance.
+  const bool k32 = g_options.mma_warp_keys == 32 && !rows && g_options.split_keys == 0 && g_options.balance == 0 &&
+                   g_options.mma_warps != 8 && decode_plan::mma_instance_exists(static_cast<int>(c.D), 4, tiles, 32);
+  r.eq(plan.mma_warp_keys, k32 ? 32 : 16, c.name + ".plan_warp_keys");
 }
 
 void test_matrix(Report& r, std::mt19937& rng, cudaStream_t stream) {
@@ -383,6 +397,8 @@ void test_mma_families(Report& r, std::mt19937& rng, cudaStream_t stream) {
       {{"mma.d80.gqa8.fp16", 2, 1, 16, 2, 80, 1000, f16}, 0, 1, 1},
       {{"mma.d80.tq5.rows40.groups3.bf16", 1, 5, 16, 2, 80, 500, bf16}, 0, 1, 3},
       {{"mma.d80.tq5.rows40.tiles4.bf16", 1, 5, 16, 2, 80, 500, bf16}, 4, 4, 1},
+      {{"mma.d80.tq5.rows40.tiles2_groups2.fp16", 1, 5, 16, 2, 80, 500, f16}, 2, 2, 2},
+      {{"mma.tq4.rows32.tiles2.bf16", 3, 4, 8, 1, 128, 333, bf16}, 2, 2, 1},
       {{"mma.d96.tq3.mha_rows3.bf16", 2, 3, 8, 8, 96, 700, bf16}, 0, 1, 1},
       {{"mma.d96.mqa24.groups2.fp16", 1, 1, 24, 1, 96, 2000, f16}, 0, 1, 2},
       {{"mma.d96.mqa24.tiles2.fp16", 1, 1, 24, 1, 96, 2000, f16}, 2, 2, 1},
@@ -1051,6 +1067,22 @@ int main(int argc, char** argv) {
       test_variants(r, rng, stream);
       test_mma_families(r, rng, stream);
       test_varlen(r, rng, stream);
+    }
+    // The family and per-slot cases on the key-slice kernel's instances of 32 keys a warp (DecodeOptions::mma_warp_keys;
+    // the row-owning cases keep theirs): through the plan's own finish and through the workspace; each instance must
+    // have run.
+    for (const bool no_cluster : {false, true}) {
+      g_options = DecodeOptions{};
+      g_options.mma_warp_keys = 32;
+      g_options.no_cluster = no_cluster;
+      g_mode = no_cluster ? "warp_keys32.no_cluster." : "warp_keys32.";
+      g_late_inputs = false;
+      test_mma_families(r, rng, stream);
+      test_varlen(r, rng, stream);
+    }
+    for (int i = 0; i < 5; ++i) {
+      static const char* const kNames[] = {"d64_tiles1", "d64_tiles2", "d80_tiles2", "d96_tiles2", "d128_tiles2"};
+      r.check(g_warp_keys32[i] > 0, std::string("warp_keys32.ran_") + kNames[i], std::to_string(g_warp_keys32[i]) + " calls");
     }
     // The same family cases with a misaligned output: finish_block's element-by-element writes (every pass
     // above writes whole 16-byte pieces where the rows end in their blocks).

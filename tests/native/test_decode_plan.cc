@@ -296,6 +296,7 @@ void test_table(Report& r) {
     r.eq(got.mma_sm_exclusive, w.mma_sm_exclusive, n + ".mma_sm_exclusive");
     r.eq(plan.mma_tiles, c.tiles, n + ".mma_tiles");
     r.eq(plan.mma_rows, c.mma_rows != 0, n + ".mma_rows");
+    r.eq(plan.mma_warp_keys, 16, n + ".mma_warp_keys");  // 32 only where DecodeOptions::mma_warp_keys asks
     // The wide merge kernel wherever a merge kernel runs (partials in the workspace) past 16 splits, not on a
     // balanced grid (no table row forces it or has split_keys).
     r.eq(plan.merge_wide, plan.workspace_bytes > 0 && plan.splits > 16 && plan.balance_blocks == 0, n + ".merge_wide");
@@ -703,8 +704,71 @@ void test_quant_plan(Report& r) {
 
 }  // namespace
 
+// DecodeOptions::mma_warp_keys: 0, 16 or 32; 32 keys a warp only for the key-slice kernel's instances of 4 warps
+// that exist (one M-tile at head_dim 64, two at 64-128), never with split_keys, a balanced grid or 8 warps forced.
+void test_warp_keys(Report& r) {
+  DecodeOptions o;
+  for (int kw : {0, 16, 32}) {
+    o.mma_warp_keys = kw;
+    r.ok(check_options(o), "warp_keys.ok_" + std::to_string(kw));
+  }
+  for (int kw : {8, 24, 64, -16}) {
+    o.mma_warp_keys = kw;
+    r.code(check_options(o), Code::kInvalidArgument, "warp_keys.refused_" + std::to_string(kw));
+  }
+  struct W {
+    Case c;
+    int row_tiles, mma_warps, split_keys, balance;
+    int want_keys, want_tiles;
+  };
+  const Expected none{};
+  const W ws[] = {
+      {{"mqa32_b64_s2k", 1, 64, 2048, 32, 1, 128, 1, 1, 0, 0, "", 0, none}, 2, 0, 0, 0, 32, 2},
+      {{"mqa32_b1_s2k", 2, 1, 2048, 32, 1, 128, 1, 0, 0, 0, "", 0, none}, 2, 0, 0, 0, 32, 2},
+      {{"d96_mqa24", 1, 4, 2000, 24, 1, 96, 1, 1, 0, 0, "", 0, none}, 2, 0, 0, 0, 32, 2},
+      {{"d80_tq4_rows32", 1, 4, 900, 8, 1, 80, 4, 1, 0, 0, "", 0, none}, 2, 0, 0, 0, 32, 2},
+      {{"falcon_b64_s512", 1, 64, 512, 71, 1, 64, 1, 1, 0, 0, "", 0, none}, 0, 0, 0, 0, 32, 1},
+      {{"d64_rows17_tiles2", 2, 1, 333, 17, 1, 64, 1, 0, 0, 0, "", 0, none}, 2, 0, 0, 0, 32, 2},
+      {{"gqa_d128_tiles1", 1, 4, 512, 32, 8, 128, 1, 1, 0, 0, "", 0, none}, 0, 0, 0, 0, 16, 1},  // no instance
+      {{"mqa32_d128_tiles4", 1, 4, 2048, 32, 1, 128, 2, 1, 0, 0, "", 0, none}, 4, 0, 0, 0, 16, 4},
+      {{"gemma_d256_tiles2", 1, 4, 2048, 32, 1, 256, 1, 1, 0, 0, "", 0, none}, 2, 0, 0, 0, 16, 2},
+      {{"mqa32_split_keys", 1, 4, 2048, 32, 1, 128, 1, 1, 0, 0, "", 0, none}, 2, 0, 256, 0, 16, 2},
+      {{"mqa32_balance_rule", 1, 16, 2048, 32, 1, 128, 1, 1, 0, 0, "", 0, none}, 2, 0, 0, kBalanceRule, 16, 2},
+      {{"mqa32_balance4", 1, 16, 2048, 32, 1, 128, 1, 1, 0, 0, "", 0, none}, 2, 0, 0, 4, 16, 2},
+      {{"falcon_warps8", 1, 64, 512, 71, 1, 64, 1, 1, 0, 0, "", 0, none}, 0, 8, 0, 0, 16, 1},
+  };
+  for (const W& w : ws) {
+    DecodeOptions k;
+    k.mma_warp_keys = 32;
+    k.mma_row_warps = -1;  // the key-slice kernel
+    k.mma_row_tiles = w.row_tiles;
+    k.mma_warps = w.mma_warps;
+    k.split_keys = w.split_keys;
+    k.balance = w.balance;
+    Plan plan;
+    const std::string n = "warp_keys." + std::string(w.c.name);
+    if (!r.ok(plan_case(w.c, &k, &plan), n + ".plan")) continue;
+    r.check(plan.mma_kernel && !plan.mma_rows, n + ".key_slice_kernel");
+    r.eq(plan.mma_warp_keys, w.want_keys, n + ".mma_warp_keys");
+    r.eq(plan.mma_tiles, w.want_tiles, n + ".mma_tiles");
+    r.eq(plan.mma_warps, w.want_keys == 32 ? 4 : w.mma_warps != 0 ? w.mma_warps : plan.mma_warps, n + ".mma_warps");
+    r.check(mma_instance_exists(static_cast<int>(w.c.D), plan.mma_warps, plan.mma_tiles, plan.mma_warp_keys),
+            n + ".instance_exists");
+  }
+  // The instances of 32 keys a warp, and their shared memory (two blocks an SM: at most 113 KiB each).
+  for (int d : {64, 80, 96, 128, 256})
+    for (int t : {1, 2, 4, 8})
+      for (int w : {4, 8}) {
+        const bool want = w == 4 && ((t == 1 && d == 64) || (t == 2 && d <= 128));
+        const std::string n = "warp_keys.instance.d" + std::to_string(d) + ".t" + std::to_string(t) + ".w" + std::to_string(w);
+        r.eq(mma_instance_exists(d, w, t, 32), want, n);
+        if (want) r.check(2 * (mma_smem_bytes(d, w, t, 32) + kBlockReservedSmem) <= kSmSmemBytes, n + ".two_an_sm");
+      }
+}
+
 int main() {
   Report r;
+  test_warp_keys(r);
   test_table(r);
   test_errors(r);
   test_cluster_fit(r);
