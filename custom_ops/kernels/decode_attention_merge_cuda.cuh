@@ -249,7 +249,7 @@ __device__ __forceinline__ void merge_cluster(const DecodeAttentionParams& p, co
 // head hk (rows 0 .. nrows - 1 < 2^31): query head hk * G + r / Tq, token r % Tq. D is the head dim: a
 // constant, so that the index arithmetic is a few instructions (a short block's cost is its
 // instruction count); NTHR the block's threads.
-template <typename T, int D, int NTHR>
+template <typename T, int D, int NTHR, bool PIECES = true>
 __device__ __forceinline__ void finish_block(const DecodeAttentionParams& p, const Entry& e, int64_t b, int64_t hk,
                                              int nrows, int64_t split, int64_t splits, const Workspace& ws,
                                              bool cluster, const BlockRows& st) {
@@ -263,7 +263,7 @@ __device__ __forceinline__ void finish_block(const DecodeAttentionParams& p, con
   // elements is the block's last work (MHA, one row a block: 8 of 128 threads, 3-4 % slower on the H100).
   const int C = static_cast<int>(splits);  // a cluster's blocks (32-bit: a 64-bit division is a subroutine call)
   const int share = cluster ? (nrows * (D / 8) + C - 1) / C : nrows * (D / 8);
-  const bool pieces = out_in_pieces<T>(p) && share * 4 >= NTHR;
+  const bool pieces = PIECES && out_in_pieces<T>(p) && share * 4 >= NTHR;
   auto head_and_token = [&](int r, int64_t* h, int64_t* t) {
     const int hg = tq == 1 ? st.row0 + r : (st.row0 + r) / tq;  // decode: no division (a 32-bit one is ~20 instructions)
     *h = hk * G + hg;

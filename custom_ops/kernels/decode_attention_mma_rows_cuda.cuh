@@ -170,7 +170,10 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 5 ? 2 : 1)
     }
   }
   __syncthreads();
-  finish_block<T, D, NTHR>(p, e, b, hk, rows, split, splits.n, ws, cluster, BlockRows{st_m, st_l, sm_o, D, row0});
+  // No 16-byte pieces in the 5-warp instance: their code moved its tile loop's register allocation under the
+  // (160, 2) bound (4 local-memory accesses a tile where it had 2; Falcon's 5-warp rows 3-4 % slower, H100).
+  finish_block<T, D, NTHR, WARPS != 5>(p, e, b, hk, rows, split, splits.n, ws, cluster,
+                                       BlockRows{st_m, st_l, sm_o, D, row0});
 }
 
 }  // namespace decode_cuda
