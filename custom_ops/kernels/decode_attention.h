@@ -34,9 +34,10 @@ struct DecodeOptions {
   int mma_row_warps = 0;      // 0: the plan's choice; -1: never the row-owning tensor-core kernel
                               // (decode_attention_mma_rows_cuda.cuh); 2, 4 or 8: that kernel wherever the
                               // tensor-core kernel runs, blocks of that many warps (one M-tile each)
-  int mma_warp_keys = 0;      // 0: the plan's choice; 16 or 32: keys each warp of the key-slice tensor-core
-                              // kernel takes of every K/V tile, where an instance of 32 exists for the plan's
-                              // head dim and M-tiles (decode_plan::mma_instance_exists; 16 elsewhere)
+  int mma_warp_keys = 0;      // 0: the plan's choice (choose_warp_keys in decode_attention_plan.cc); 16 or 32:
+                              // keys each warp of the key-slice tensor-core kernel takes of every K/V tile, 32
+                              // where such an instance exists for the plan's head dim and M-tiles
+                              // (decode_plan::mma_instance_exists; 16 elsewhere)
   // > 0 (a multiple of kSplitKeysUnit): batch-invariant decoding. Splits of exactly this many keys from
   // key 0 (an entry's last one shorter, splits past its length empty), a kernel and block shape that
   // depend only on the rows per kv head (query group x Tq), head dim and dtype, merged through the

@@ -222,14 +222,28 @@ int choose_rows_warps(const DecodeAttentionParams& p, int64_t R, int64_t entries
   return (p.kv_len + n - 1) / n >= kMmaRowsMinKeys ? 4 : 0;
 }
 
-// Keys a warp of the key-slice kernel takes of each tile: 32 only where DecodeOptions::mma_warp_keys asks and such an
-// instance exists (4 warps: none of 8), never for batch-invariant (split_keys) or balanced plans (their kernels are
-// the 16-key instances), nor with 8 warps forced.
-int choose_warp_keys(const DecodeAttentionParams& p, int tiles) {
+// Keys a warp of the key-slice kernel takes of each tile: 32 where DecodeOptions::mma_warp_keys asks or, by default,
+// on short one-token calls of many rows a kv head at head_dim 64 (Falcon 71/1) whose row groups fit one wave of one
+// block an SM (the plans that would give each block 8 warps), and where such an instance exists (4 warps: none of
+// 8); never for batch-invariant (split_keys) or balanced plans (their kernels are the 16-key instances), nor with 8
+// warps forced. H100, per-slot fp16, 2026-12-07 14:20 UTC, one process (tests/gpu/run_warp_keys.sh; µs, 8 warps of
+// 16 keys -> 4 of 32): Falcon B=1 S=512 6.02 -> 5.58, S=2k 6.80 -> 6.39; B=4 S=512 6.30 -> 6.13, S=2k 8.88 -> 8.75;
+// B=16 S=512 7.12 -> 6.97. Slower elsewhere: longer calls (B=1 S=8k 9.72 -> 9.88, B=4 S=8k 14.64 -> 15.25), grids
+// past one wave (B=64 S=512, 320 blocks of 4 warps: 11.72 -> 15.69, two blocks an SM where the 16-key instance
+// holds four), and two M-tiles of 32 keys a warp on most MQA and StarCoder rows (1.1-1.5x at B <= 4).
+constexpr int64_t kWarpKeys32MaxKeys = 2304;  // measured to a per-slot bound of 2k + 64 keys
+int choose_warp_keys(const DecodeAttentionParams& p, int64_t R, int tiles, int64_t entries, int64_t sms) {
   const DecodeOptions& o = options_of(p);
-  const bool k32 = o.mma_warp_keys == 32 && o.split_keys == 0 && o.balance == 0 && o.mma_warps != 8 &&
-                   mma_instance_exists(static_cast<int>(p.head_dim), 4, tiles, 32);
-  return k32 ? 32 : 16;
+  const int D = static_cast<int>(p.head_dim);
+  if (o.split_keys > 0 || o.balance != 0 || o.mma_warps == 8 || o.mma_warp_keys == 16 ||
+      !mma_instance_exists(D, 4, tiles, 32)) {
+    return 16;
+  }
+  if (o.mma_warp_keys == 32) return 32;
+  const int64_t groups = (R + kMmaMaxRows * tiles - 1) / (kMmaMaxRows * tiles);
+  const bool rule = D == 64 && tiles == 1 && p.q_len == 1 && R > kMmaMaxRows && p.kv_len <= kWarpKeys32MaxKeys &&
+                    entries * groups <= sms;
+  return rule ? 32 : 16;
 }
 
 // Short contexts on a small grid: the splits of each (entry, kv head, row group) as one full cluster of
@@ -453,7 +467,7 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
     plan.mma_rows = rows_warps > 0;
     if (plan.mma_rows) plan.mma_warps = rows_warps;
     plan.mma_tiles = plan.mma_rows ? rows_warps : mma ? choose_row_tiles(p, R, entries, plan.sms) : 1;
-    plan.mma_warp_keys = mma && !plan.mma_rows ? choose_warp_keys(p, plan.mma_tiles) : 16;
+    plan.mma_warp_keys = mma && !plan.mma_rows ? choose_warp_keys(p, R, plan.mma_tiles, entries, plan.sms) : 16;
     plan.rows = mma ? kMmaMaxRows * plan.mma_tiles : kWarps;
   }
   plan.row_groups = (R + plan.rows - 1) / plan.rows;

@@ -76,7 +76,8 @@ def shapes():
 # 16 splits merged wide or 32 / 64 splits (wide past 16) where the plan takes a cluster or fewer (_s16mw,
 # _s32, _s64; _rt2s32: the same with one block for 32 query rows), the tensor-core kernel for one row a kv head
 # (MHA: _mha, with 4 or 8 warps _mhaw4, _mhaw8), the key-slice kernel with 32 keys a warp (4 warps: _k32 with the
-# plan's M-tiles, _k32rt2 with two; _b2 of each: splits for two blocks an SM). --variants NAME,... times only those.
+# plan's M-tiles, _k32rt2 with two; _b2 of each: splits for two blocks an SM; _k16: 16 keys a warp, the plan without
+# choose_warp_keys's rule; _w4k16: the same with 4 warps). --variants NAME,... times only those.
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt1", {"mma_row_tiles": 1}),
             ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s4", {"splits": 4}),
             ("_s8", {"splits": 8}), ("_s16", {"splits": 16}), ("_b2", {"mma_blocks_per_sm": 2}),
@@ -95,7 +96,8 @@ VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt
             ("_k32", {"mma_row_warps": -1, "mma_warp_keys": 32}),
             ("_k32b2", {"mma_row_warps": -1, "mma_warp_keys": 32, "mma_blocks_per_sm": 2}),
             ("_k32rt2", {"mma_row_warps": -1, "mma_warp_keys": 32, "mma_row_tiles": 2}),
-            ("_k32rt2b2", {"mma_row_warps": -1, "mma_warp_keys": 32, "mma_row_tiles": 2, "mma_blocks_per_sm": 2}))
+            ("_k32rt2b2", {"mma_row_warps": -1, "mma_warp_keys": 32, "mma_row_tiles": 2, "mma_blocks_per_sm": 2}),
+            ("_k16", {"mma_warp_keys": 16}), ("_w4k16", {"mma_warps": 4, "mma_warp_keys": 16}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
 

@@ -43,6 +43,7 @@ struct Case {
   Expected want;
   int tiles = 1;  // the tensor-core kernel's M-tiles (Plan::mma_tiles; 1 for every other kernel)
   int mma_rows = 0;  // Plan::mma_rows: the row-owning tensor-core kernel (its warps are its M-tiles)
+  int warp_keys = 16;  // Plan::mma_warp_keys: keys a warp of the key-slice kernel takes of a tile
 };
 
 // B in {1, 8, 32} x S in {1k, 4k, 16k, 64k} x MHA 32/32 and GQA 32/8 x seq-major and per-slot, fp16,
@@ -133,7 +134,7 @@ const Case kCases[] = {
     {"mqa32_rt8", 1, 8, 8192, 32, 1, 128, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
     {"mqa32_slot", 2, 8, 8192, 32, 1, 128, 1, 1, 0, 0, "mma_row_warps", -1, {1, 8, 16, 1, 16, 2, 8, 1024, 256, 0, 1, 8, 0, 1, 1064960, 1}, 1},
     {"mqa32_slot_rt8", 2, 8, 8192, 32, 1, 128, 1, 1, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 32, 1, 16, 512, 256, 0, 1, 8, 0, 1, 2129920, 1}, 2},
-    {"falcon71_d64", 2, 4, 2048, 71, 1, 64, 1, 0, 0, 0, "mma_row_warps", -1, {1, 8, 8, 1, 16, 5, 6, 342, 284, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"falcon71_d64", 2, 4, 2048, 71, 1, 64, 1, 0, 0, 0, "mma_row_warps", -1, {1, 8, 8, 1, 16, 5, 6, 342, 284, 0, 1, 4, 1, 1, 0, 1}, 1, 0, 32},
     {"falcon71_d64_rt8", 2, 4, 2048, 71, 1, 64, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 8, 1, 128, 1, 8, 256, 284, 0, 1, 8, 1, 1, 0, 1}, 8},
     {"starcoder48", 1, 16, 2048, 48, 1, 128, 1, 0, 0, 0, "mma_row_warps", -1, {1, 8, 16, 1, 16, 3, 2, 1024, 768, 0, 1, 8, 1, 1, 0, 1}, 1},
     {"starcoder48_rt8", 1, 16, 2048, 48, 1, 128, 1, 0, 0, 0, "mma_row_tiles", 8, {1, 8, 16, 1, 64, 1, 8, 256, 768, 0, 1, 8, 1, 1, 0, 1}, 4},
@@ -147,7 +148,7 @@ const Case kCases[] = {
     {"phi3_d96_mha", 1, 1, 2048, 32, 32, 96, 1, 0, 0, 0, "", 0, {1, 8, 16, 1, 1, 1, 16, 128, 32, 0, 0, 4, 0, 1, 200704, 0}, 1},
     // Large groups spread over row groups (choose_row_tiles): one M-tile a block where every row group of
     // every (entry, kv head) has an SM, else two; forced counts above what the rows need are capped.
-    {"falcon71_b1_s512", 1, 1, 512, 71, 1, 64, 1, 1, 0, 0, "mma_row_warps", -1, {1, 8, 8, 1, 16, 5, 8, 64, 71, 0, 1, 8, 1, 1, 0, 1}, 1},
+    {"falcon71_b1_s512", 1, 1, 512, 71, 1, 64, 1, 1, 0, 0, "mma_row_warps", -1, {1, 8, 8, 1, 16, 5, 8, 64, 71, 0, 1, 4, 1, 1, 0, 1}, 1, 0, 32},
     {"falcon71_b64_s32k", 1, 64, 32768, 71, 1, 64, 1, 1, 0, 0, "mma_row_warps", -1, {1, 8, 8, 1, 16, 5, 1, 32768, 4544, 0, 1, 4, 0, 1, 0, 0}, 1},
     {"starcoder48_b1_s512", 2, 1, 512, 48, 1, 128, 1, 1, 0, 0, "mma_row_warps", -1, {1, 8, 16, 1, 16, 3, 8, 64, 48, 0, 1, 8, 1, 1, 0, 1}, 1},
     {"gemma_tq4_d256", 1, 2, 8192, 8, 1, 256, 4, 1, 0, 0, "mma_row_warps", -1, {1, 8, 32, 1, 16, 2, 33, 249, 64, 0, 1, 4, 0, 1, 2179584, 1}, 1},
@@ -188,7 +189,7 @@ const Case kCases[] = {
     {"rows_decode_81rows_d64_eight_warps", 2, 16, 8192, 81, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 128, 1, 8, 1024, 1296, 0, 1, 8, 0, 1, 2737152, 1}, 8, 1},
     {"rows_decode_71rows_d128_eight_warps", 1, 16, 8192, 71, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 128, 1, 8, 1024, 1136, 0, 1, 8, 0, 1, 4725760, 1}, 8, 1},
     {"rows_decode_mqa32_b4_s32k_small_grid", 1, 4, 32768, 32, 1, 128, 1, 1, 0, 0, "", 0, {1, 8, 16, 1, 16, 2, 16, 2048, 128, 0, 1, 8, 0, 1, 1064960, 1}, 1, 0},
-    {"rows_decode_falcon71_b16_s512_short", 1, 16, 512, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 1, 512, 1136, 0, 1, 8, 0, 1, 0, 1}, 1, 0},
+    {"rows_decode_falcon71_b16_s512_short", 1, 16, 512, 71, 1, 64, 1, 1, 0, 0, "", 0, {1, 8, 8, 1, 16, 5, 1, 512, 1136, 0, 1, 4, 0, 1, 0, 1}, 1, 0, 32},
     {"rows_forced_w8_falcon71", 1, 16, 32768, 71, 1, 64, 1, 1, 0, 0, "mma_row_warps", 8, {1, 8, 8, 1, 128, 1, 8, 4096, 1136, 0, 1, 8, 0, 1, 2399232, 1}, 8, 1},
     {"rows_forced_w5_falcon71_b4", 1, 4, 32768, 71, 1, 64, 1, 1, 0, 0, "mma_row_warps", 5, {1, 8, 8, 1, 80, 1, 66, 497, 284, 0, 1, 5, 0, 1, 4948416, 0}, 5, 1},
     {"rows_forced_w2_mqa32", 2, 4, 2048, 32, 1, 128, 1, 0, 0, 0, "mma_row_warps", 2, {1, 8, 16, 1, 32, 1, 8, 256, 128, 0, 1, 2, 1, 1, 0, 1}, 2, 1},
@@ -296,7 +297,7 @@ void test_table(Report& r) {
     r.eq(got.mma_sm_exclusive, w.mma_sm_exclusive, n + ".mma_sm_exclusive");
     r.eq(plan.mma_tiles, c.tiles, n + ".mma_tiles");
     r.eq(plan.mma_rows, c.mma_rows != 0, n + ".mma_rows");
-    r.eq(plan.mma_warp_keys, 16, n + ".mma_warp_keys");  // 32 only where DecodeOptions::mma_warp_keys asks
+    r.eq(plan.mma_warp_keys, c.warp_keys, n + ".mma_warp_keys");
     // The wide merge kernel wherever a merge kernel runs (partials in the workspace) past 16 splits, not on a
     // balanced grid (no table row forces it or has split_keys).
     r.eq(plan.merge_wide, plan.workspace_bytes > 0 && plan.splits > 16 && plan.balance_blocks == 0, n + ".merge_wide");
@@ -754,6 +755,33 @@ void test_warp_keys(Report& r) {
     r.eq(plan.mma_warps, w.want_keys == 32 ? 4 : w.mma_warps != 0 ? w.mma_warps : plan.mma_warps, n + ".mma_warps");
     r.check(mma_instance_exists(static_cast<int>(w.c.D), plan.mma_warps, plan.mma_tiles, plan.mma_warp_keys),
             n + ".instance_exists");
+  }
+  // The default rule (choose_warp_keys): Falcon-like rows at head_dim 64, short, row groups within one wave of one
+  // block an SM; not past 2304 keys, past the SMs, at one row group, for Tq > 1 or at other head dims.
+  struct Rule { Case c; int want; };
+  const Rule rules[] = {
+      {{"falcon_b1_s512", 1, 1, 576, 71, 1, 64, 1, 1, 0, 0, "", 0, none}, 32},
+      {{"falcon_b4_s2k", 1, 4, 2112, 71, 1, 64, 1, 1, 0, 0, "", 0, none}, 32},
+      {{"falcon_b16_s512", 1, 16, 576, 71, 1, 64, 1, 1, 0, 0, "", 0, none}, 32},
+      {{"falcon_b26_s512", 1, 26, 576, 71, 1, 64, 1, 1, 0, 0, "", 0, none}, 32},   // 130 row groups: one M-tile each, one wave
+      {{"falcon_b27_s512", 1, 27, 576, 71, 1, 64, 1, 1, 0, 0, "", 0, none}, 16},   // 135 row groups: two M-tiles a block (choose_row_tiles)
+      {{"falcon_b64_s512", 1, 64, 576, 71, 1, 64, 1, 1, 0, 0, "", 0, none}, 16},
+      {{"falcon_b4_s8k", 1, 4, 8256, 71, 1, 64, 1, 1, 0, 0, "", 0, none}, 16},
+      {{"falcon_b1_s2305", 1, 1, 2305, 71, 1, 64, 1, 1, 0, 0, "", 0, none}, 16},
+      {{"d64_rows16", 1, 4, 512, 16, 1, 64, 1, 1, 0, 0, "", 0, none}, 16},         // one row group
+      {{"d64_rows17", 1, 4, 512, 17, 1, 64, 1, 1, 0, 0, "", 0, none}, 32},
+      {{"d64_tq2", 1, 4, 512, 16, 1, 64, 2, 1, 0, 0, "", 0, none}, 16},
+      {{"mqa32_d128", 1, 4, 512, 32, 1, 128, 1, 1, 0, 0, "", 0, none}, 16},
+  };
+  for (const Rule& u : rules) {
+    Plan plan;
+    const std::string n = "warp_keys.rule." + std::string(u.c.name);
+    if (!r.ok(plan_case(u.c, nullptr, &plan), n + ".plan")) continue;
+    r.eq(plan.mma_warp_keys, u.want, n + ".mma_warp_keys");
+    if (u.want == 32) r.eq(plan.mma_warps, 4, n + ".mma_warps");
+    DecodeOptions off;  // 16 forced: the rule off
+    off.mma_warp_keys = 16;
+    if (r.ok(plan_case(u.c, &off, &plan), n + ".plan16")) r.eq(plan.mma_warp_keys, 16, n + ".forced16");
   }
   // The instances of 32 keys a warp, and their shared memory (two blocks an SM: at most 113 KiB each).
   for (int d : {64, 80, 96, 128, 256})
