@@ -87,12 +87,15 @@ void balance_splits(const DecodeAttentionParams& p, Plan* plan, int resident, in
 
 // Warps per block of the tensor-core kernel, once the splits are known: 8 where every block of the
 // grid has an SM to itself (the 8-warp kernel's shared memory allows one block an SM) and a split is
-// short, else 4 (two blocks an SM); 4 where the 8-warp kernel cannot be resident. On the H200 (GQA
+// short, else 4 (two blocks an SM); 4 where the 8-warp kernel cannot be resident, and for one row a kv head
+// (MHA: H100, 2026-12-07 14:49 UTC, 4 warps 0.92-1.00x the time of 8 at B = 1 and 4, S = 512 and 2k, head dims
+// 64-128, but 16/16 at head_dim 64 B = 4 S = 2k: 16.43 against 15.95 µs). On the H200 (GQA
 // 32/8) 8 warps took B=1 S=1k from 6.17 to 5.97 us, B=1 S=4k from 10.53 to 9.69, B=8 S=1k from 12.52
 // to 10.66; equal at 2048 keys a split (B=8 S=4k) and slower past it (B=8 S=16k, 8192 keys: 128.8
 // against 125.2), and slower in two waves (B=32 S=1k: 39.3 against 35.8). 8 warps put two warps on each
 // scheduler and halve the instructions each warp issues per key: what a short block pays for.
 constexpr int64_t kEightWarpsMaxKeys = 2048;  // keys of one split
+constexpr int64_t kMhaOneWaveMaxKeys = 2304;  // plan_kernel's one-wave MHA batches: measured to 2k + 64 keys
 
 // Whether the tensor-core kernel's grid (one block per entry, kv head, row group and split) has no more
 // blocks than SMs, so that each block can have an SM to itself.
@@ -105,7 +108,9 @@ int choose_mma_warps(const DecodeAttentionParams& p, const Plan& plan, const Ker
   if (plan.mma_warp_keys == 32) return 4;  // its only instances
   if (plan.mma_tiles > 1) return 8;
   const int forced = options_of(p).mma_warps;
-  bool eight = forced != 0 ? forced == 8 : mma_one_block_an_sm(p, plan) && plan.keys_per_split <= kEightWarpsMaxKeys;
+  const bool one_row = p.q_heads == p.kv_heads && p.q_len == 1;
+  bool eight = forced != 0 ? forced == 8
+                           : !one_row && mma_one_block_an_sm(p, plan) && plan.keys_per_split <= kEightWarpsMaxKeys;
   if (eight) eight = occ.mma_resident[1] > 0 && mma_instance_exists(static_cast<int>(p.head_dim), 8, 1);
   return eight ? 8 : 4;
 }
@@ -453,10 +458,17 @@ Plan plan_kernel(const DecodeAttentionParams& p, const DeviceFacts& device) {
   const int64_t key_chunks = D * eb / 16, entries = p.batch * p.kv_heads;
   // Not with split_keys: the kernel may then depend on nothing but the rows per kv head, D and the dtype.
   const bool one_wave_short = o.split_keys == 0 && entries > plan.sms && entries <= 2 * plan.sms && p.kv_len <= 4096 && (D == 64 || D == 128);
+  // And where a batch of more than one entry fits one wave of one block an SM over a short context, with 4 warps
+  // (choose_mma_warps). H100, per-slot fp16, 2026-12-07 14:49 UTC, one process (one-row -> tensor-core, µs): Llama-2-7B
+  // B=4 S=512 16.70 -> 14.22, S=2k 49.70 -> 46.43; Phi-3 (head_dim 96) B=4 S=512 14.30 -> 11.97, S=2k 41.23 -> 37.71;
+  // 16/16 at head_dim 64 B=4 S=512 8.65 -> 7.64, S=2k 17.12 -> 16.43. Not at B=1 (the H200 measured the one-row
+  // kernel as fast there; on this H100 the tensor-core kernel was 2-8 % faster, but 1 % slower for Phi-3 S=512) nor
+  // past one wave (Llama-2-7B B=16 S=512: 47.40 against 48.56).
+  const bool one_wave_batch = o.split_keys == 0 && p.batch > 1 && entries <= plan.sms && p.kv_len <= kMhaOneWaveMaxKeys && D <= 128;
   const bool q16 = p.q_stride[3] == 1 && aligned16(p.q) && p.q_stride[0] % vec == 0 && p.q_stride[1] % vec == 0 &&
                    p.q_stride[2] % vec == 0;
   const bool mma = eb == 2 && q16 && R <= kMmaMaxRows * kMmaMaxTiles && mma_head_dim(D) && device.mma_compiled &&
-                   !o.no_mma && (R >= 2 || one_wave_short || o.mma_mha);
+                   !o.no_mma && (R >= 2 || one_wave_short || one_wave_batch || o.mma_mha);
   const bool rows_kernel = R >= 2 && D * eb % 16 == 0 && (key_chunks == 8 || key_chunks == 16 || key_chunks == 32);
   if (plan.vectorised && p.mask == nullptr && (mma || rows_kernel)) {
     plan.rows_kernel = !mma;

@@ -105,7 +105,7 @@ const Case kCases[] = {
     {"gqa_no_cluster", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "no_cluster", 1, {1, 8, 16, 1, 16, 1, 16, 256, 32, 0, 1, 8, 0, 1, 266240, 1}},
     {"gqa_splits3", 1, 1, 4096, 32, 8, 128, 1, 0, 0, 0, "splits", 3, {1, 8, 16, 1, 16, 1, 3, 1366, 32, 0, 1, 8, 1, 1, 0, 1}},
     {"gqa_blocks2", 1, 1, 16384, 32, 8, 128, 1, 0, 0, 0, "mma_blocks_per_sm", 2, {1, 8, 16, 1, 16, 1, 33, 497, 32, 0, 1, 4, 0, 1, 549120, 0}},
-    {"mha_mma_mha", 1, 1, 1024, 32, 32, 128, 1, 0, 0, 0, "mma_mha", 1, {1, 8, 16, 1, 16, 1, 4, 256, 32, 0, 1, 8, 1, 1, 0, 1}},
+    {"mha_mma_mha", 1, 1, 1024, 32, 32, 128, 1, 0, 0, 0, "mma_mha", 1, {1, 8, 16, 1, 16, 1, 4, 256, 32, 0, 1, 4, 1, 1, 0, 1}},
     {"mha_no_mma_b8", 1, 8, 1024, 32, 32, 128, 1, 0, 0, 0, "no_mma", 1, {1, 8, 16, 1, 1, 1, 2, 512, 256, 0, 0, 4, 0, 1, 266240, 0}},
     {"mha_splits40", 1, 1, 1024, 32, 32, 128, 1, 0, 0, 0, "splits", 40, {1, 8, 16, 1, 1, 1, 40, 26, 32, 0, 0, 4, 0, 1, 665600, 0}},
     {"mha_no_pdl", 1, 1, 1024, 32, 32, 128, 1, 0, 0, 0, "no_pdl", 1, {1, 8, 16, 1, 1, 1, 16, 64, 32, 0, 0, 4, 0, 0, 266240, 0}},
@@ -782,6 +782,29 @@ void test_warp_keys(Report& r) {
     DecodeOptions off;  // 16 forced: the rule off
     off.mma_warp_keys = 16;
     if (r.ok(plan_case(u.c, &off, &plan), n + ".plan16")) r.eq(plan.mma_warp_keys, 16, n + ".forced16");
+  }
+  // One row a kv head (MHA): the tensor-core kernel with 4 warps on a batch of more than one entry within one wave of
+  // one block an SM over at most 2304 keys (plan_kernel's one_wave_batch); the one-row kernel at B = 1, past the SMs,
+  // past 2304 keys and at head_dim 256.
+  struct Mha { Case c; bool mma; };
+  const Mha mhas[] = {
+      {{"mha_b4_s512", 1, 4, 576, 32, 32, 128, 1, 1, 0, 0, "", 0, none}, true},
+      {{"mha_b4_s2k", 1, 4, 2112, 32, 32, 96, 1, 1, 0, 0, "", 0, none}, true},
+      {{"mha16_b8_s512", 1, 8, 576, 16, 16, 64, 1, 1, 0, 0, "", 0, none}, true},     // 128 entries
+      {{"mha_b2_s512_seq", 1, 2, 512, 32, 32, 80, 1, 0, 0, 0, "", 0, none}, true},
+      {{"mha_b1_s512", 1, 1, 576, 32, 32, 128, 1, 1, 0, 0, "", 0, none}, false},
+      {{"mha_b5_s512", 1, 5, 576, 32, 32, 128, 1, 1, 0, 0, "", 0, none}, true},       // 160 entries: one_wave_short
+      {{"mha_b9_s512", 1, 9, 576, 32, 32, 128, 1, 1, 0, 0, "", 0, none}, false},      // 288 entries: two waves
+      {{"mha_b4_s2305", 1, 4, 2305, 32, 32, 128, 1, 1, 0, 0, "", 0, none}, false},
+      {{"mha_b4_d256", 1, 4, 576, 32, 32, 256, 1, 1, 0, 0, "", 0, none}, false},
+      {{"mha_b4_tq2", 1, 4, 576, 32, 32, 128, 2, 1, 0, 0, "", 0, none}, true},        // 2 rows: the GQA path
+  };
+  for (const Mha& m : mhas) {
+    Plan plan;
+    const std::string n = "mha_one_wave." + std::string(m.c.name);
+    if (!r.ok(plan_case(m.c, nullptr, &plan), n + ".plan")) continue;
+    r.eq(plan.mma_kernel, m.mma, n + ".mma_kernel");
+    if (m.mma && m.c.Tq == 1) r.eq(plan.mma_warps, 4, n + ".mma_warps");
   }
   // The instances of 32 keys a warp, and their shared memory (two blocks an SM: at most 113 KiB each).
   for (int d : {64, 80, 96, 128, 256})
