@@ -399,6 +399,12 @@ void test_mma_families(Report& r, std::mt19937& rng, cudaStream_t stream) {
       {{"mma.d80.tq5.rows40.groups3.bf16", 1, 5, 16, 2, 80, 500, bf16}, 0, 1, 3},
       {{"mma.d80.tq5.rows40.tiles4.bf16", 1, 5, 16, 2, 80, 500, bf16}, 4, 4, 1},
       {{"mma.d80.tq5.rows40.tiles2_groups2.fp16", 1, 5, 16, 2, 80, 500, f16}, 2, 2, 2},
+      // One row a kv head (MHA) on the tensor-core kernel, 4 warps: batches of 2+ entries within one wave of one block
+      // an SM over at most 2304 keys (plan_kernel's one_wave_batch), head dims 64-128, one split and several.
+      {{"mma.mha32.b4.one_wave.fp16", 4, 1, 32, 32, 128, 600, f16}, 0, 1, 1},
+      {{"mma.mha8.d96.b3.one_wave.bf16", 3, 1, 8, 8, 96, 2100, bf16}, 0, 1, 1},
+      {{"mma.mha16.d64.b4.one_wave.fp16", 4, 1, 16, 16, 64, 513, f16}, 0, 1, 1},
+      {{"mma.mha4.d80.b2.one_wave.bf16", 2, 1, 4, 4, 80, 1999, bf16}, 0, 1, 1},
       {{"mma.tq4.rows32.tiles2.bf16", 3, 4, 8, 1, 128, 333, bf16}, 2, 2, 1},
       {{"mma.d96.tq3.mha_rows3.bf16", 2, 3, 8, 8, 96, 700, bf16}, 0, 1, 1},
       {{"mma.d96.mqa24.groups2.fp16", 1, 1, 24, 1, 96, 2000, f16}, 0, 1, 2},
