@@ -103,7 +103,7 @@ bool mma_one_block_an_sm(const DecodeAttentionParams& p, const Plan& plan) {
   return p.batch * p.kv_heads * plan.row_groups * plan.splits <= plan.sms;
 }
 
-// Several M-tiles: always 8 warps (the only instances: each warp one M-tile of one key slice).
+// Several M-tiles: 8 warps (the only 16-key instances: each warp one M-tile of one key slice); 32 keys a warp: 4.
 int choose_mma_warps(const DecodeAttentionParams& p, const Plan& plan, const KernelOccupancy& occ) {
   if (plan.mma_warp_keys == 32) return 4;  // its only instances
   if (plan.mma_tiles > 1) return 8;
