@@ -49,7 +49,7 @@ const Device kGpu = Device::cuda(0);
 std::string g_mode;
 DecodeOptions g_options;
 // Calls whose plan merged through merge_splits_wide_kernel / merge_splits_kernel or merge_splits_warp_kernel
-// (count_merge; g_warp_merges: those of the row merges that took the warp kernel): a pass meant for one of them
+// (count_plan; g_warp_merges: those of the row merges that took the warp kernel): a pass meant for one of them
 // must have run it.
 int64_t g_wide_merges = 0, g_row_merges = 0, g_warp_merges = 0;
 // Calls planned on a key-slice instance of 32 keys a warp (Plan::mma_warp_keys), by its head dim and M-tiles
@@ -62,7 +62,7 @@ bool g_check_plans = true;
 
 // Counts the merge kernel the plan of call p launches (none with one split or a cluster), and its instance of 32
 // keys a warp.
-void count_merge(const DecodeAttentionParams& p) {
+void count_plan(const DecodeAttentionParams& p) {
   decode_plan::Plan plan;
   if (!decode_attention_cuda_plan(p, &plan).ok()) return;
   if (plan.mma_kernel && !plan.mma_rows && plan.mma_warp_keys == 32) {
@@ -237,7 +237,7 @@ void run_case(Report& r, const Case& c, std::mt19937& rng, cudaStream_t stream) 
   DevBuf ws(ws_bytes);
   dp.workspace = ws_bytes ? ws.ptr : nullptr;
   dp.workspace_bytes = ws_bytes;
-  count_merge(dp);
+  count_plan(dp);
   if (!r.ok(decode_attention_cuda(dp, stream), c.name + ".launch")) return;
   const cudaError_t e = cudaStreamSynchronize(stream);
   if (!r.check(e == cudaSuccess, c.name + ".sync", cudaGetErrorString(e))) return;
@@ -586,7 +586,7 @@ void run_varlen(Report& r, const VarlenCase& c, std::mt19937& rng, cudaStream_t 
       return;
     }
   }
-  count_merge(p);
+  count_plan(p);
   if (!r.ok(decode_attention_cuda(p, stream), c.name + ".launch")) return;
   const cudaError_t e = cudaStreamSynchronize(stream);
   if (!r.check(e == cudaSuccess, c.name + ".sync", cudaGetErrorString(e))) return;
