@@ -199,6 +199,26 @@ __device__ __forceinline__ void qk_n8(float (&s)[4], const uint4* sk, int key, i
   }
 }
 
+// O += P V over the KN n8 tiles of scores in s (keys key0 .. key0 + 8 KN - 1 of the swizzled V tile sv), 16 keys a
+// step: P's A fragment straight from two n8 tiles of S, V's B fragments two n8 tiles of dims an ldmatrix.trans.
+// Shared by both tensor-core kernels.
+template <typename T, int KN, int NT, int CHS>
+__device__ __forceinline__ void pv_tiles(float (&o)[NT][4], const float (&s)[KN][4], const uint4* sv, int key0, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < KN / 2; ++kk) {
+    const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                            pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    const int vkey = key0 + kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int dn = 0; dn < NT; dn += 2) {
+      uint32_t vf[4];
+      ldmatrix_x4_trans(vf, sv + swz<CHS>(vkey, dn + (lane >> 4)));
+      mma_16816<T>(o[dn], pa, vf[0], vf[1]);
+      mma_16816<T>(o[dn + 1], pa, vf[2], vf[3]);
+    }
+  }
+}
+
 // The cp.async pipeline's prologue: tiles FIRST .. STAGES - 2 in flight (load_tile(stage, tile) commits
 // its group; tiles before FIRST the caller has loaded, one group each), and one empty group for each stage
 // past the last tile, so the wait counts stay the same.
@@ -449,21 +469,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         corr[hi] = online_softmax_row(s, hi, 2 * (lane % 4), visible, m[hi], l[hi], [=](int, int) { return scale2; });
       }
       rescale_rows(o, corr);
-      // O += P V, 16 keys a step: P (16 rows x 16 keys) is the A operand straight from two n8 tiles of S.
-#pragma unroll
-      for (int kk = 0; kk < KN / 2; ++kk) {
-        const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                                pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        const int vkey = kw + kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-        for (int dn = 0; dn < NT; dn += 2) {  // two n8 tiles of dims (chunks dn, dn + 1) per ldmatrix
-          uint32_t vf[4];
-          ldmatrix_x4_trans(vf, sv(stage) + swz<CHS>(vkey, dn + (lane >> 4)));
-          mma_16816<T>(o[dn], pa, vf[0], vf[1]);
-          mma_16816<T>(o[dn + 1], pa, vf[2], vf[3]);
-        }
-      }
+      pv_tiles<T, KN, NT, CHS>(o, s, sv(stage), kw, lane);  // O += P V over this warp's keys of the tile
     }
   }
   cp_async_wait<0>();

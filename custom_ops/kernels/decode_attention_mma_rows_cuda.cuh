@@ -127,20 +127,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 5 ? 2 : 1)
       corr[hi] = online_softmax_row(s, hi, 2 * (lane % 4), visible, m[hi], l[hi], [=](int, int) { return scale2; });
     }
     rescale_rows(o, corr);
-    // O += P V, 16 keys a step: P's A fragment from two n8 tiles of S.
-#pragma unroll
-    for (int kk = 0; kk < KN / 2; ++kk) {
-      const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                              pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const int vkey = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-      for (int dn = 0; dn < NT; dn += 2) {
-        uint32_t vf[4];
-        ldmatrix_x4_trans(vf, sv(stage) + swz<CHS>(vkey, dn + (lane >> 4)));
-        mma_16816<T>(o[dn], pa, vf[0], vf[1]);
-        mma_16816<T>(o[dn + 1], pa, vf[2], vf[3]);
-      }
-    }
+    pv_tiles<T, KN, NT, CHS>(o, s, sv(stage), 0, lane);  // O += P V over the whole tile
   }
   cp_async_wait<0>();
   __syncthreads();  // the tiles' space is free for the rows' partials

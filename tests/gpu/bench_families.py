@@ -77,7 +77,8 @@ def shapes():
 # _s32, _s64; _rt2s32: the same with one block for 32 query rows), the tensor-core kernel for one row a kv head
 # (MHA: _mha, with 4 or 8 warps _mhaw4, _mhaw8), the key-slice kernel with 32 keys a warp (4 warps: _k32 with the
 # plan's M-tiles, _k32rt2 with two; _b2 of each: splits for two blocks an SM; _k16: 16 keys a warp, the plan without
-# choose_warp_keys's rule; _w4k16: the same with 4 warps). --variants NAME,... times only those.
+# choose_warp_keys's rule; _w4k16: the same with 4 warps), the key-slice kernel with 4 or 8 warps forced (_w4, _w8).
+# --variants NAME,... times only those.
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt1", {"mma_row_tiles": 1}),
             ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s4", {"splits": 4}),
             ("_s8", {"splits": 8}), ("_s16", {"splits": 16}), ("_b2", {"mma_blocks_per_sm": 2}),
@@ -87,7 +88,7 @@ VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt
             ("_rw5s4", {"mma_row_warps": 5, "splits": 4}), ("_rw8s4", {"mma_row_warps": 8, "splits": 4}),
             ("_rw8s8", {"mma_row_warps": 8, "splits": 8}), ("_mw", {"merge_wide": 1}), ("_mn", {"merge_wide": -1}),
             ("_s16mw", {"splits": 16, "merge_wide": 1}), ("_s32", {"splits": 32}), ("_s64", {"splits": 64}),
-            ("_rt2s32", {"mma_row_tiles": 2, "splits": 32}), ("_w4", {"mma_warps": 4}),
+            ("_rt2s32", {"mma_row_tiles": 2, "splits": 32}), ("_w4", {"mma_warps": 4}), ("_w8", {"mma_warps": 8}),
             ("_w4s16", {"mma_warps": 4, "splits": 16}), ("_w4s32", {"mma_warps": 4, "splits": 32}),
             ("_w4rt2s16", {"mma_warps": 4, "mma_row_tiles": 2, "splits": 16}),
             ("_w4rt2s32", {"mma_warps": 4, "mma_row_tiles": 2, "splits": 32}),

@@ -7,16 +7,17 @@
 #             last chunk from its first
 #   row groups  a block's rows are written as the kv head's first rows (finish_block ignores the row
 #             group's first row): every row group but the first writes nothing of its own
-#   row-owning  (decode_attention_mma_rows_cuda.cuh) P V reads the first 16 keys of V's tile for every
-#             16 keys of P
+#   row-owning  (decode_attention_mma_rows_cuda.cuh) P V takes only the first 16 keys of each tile (its call
+#             of pv_tiles, the P V both kernels share, given two n8 tiles of scores)
 # With ONLY=rows, only the last edit: the row-owning kernel's cases must fail, no other. With ONLY=rows5, one
 # edit of the 5-warp instance alone (the last of its 4 loading warps loads nothing): its cases (".w5", ".rows5",
 # ".plan" at head_dim 64) must fail, no other. With ONLY=pieces, finish_block's 16-byte pieces (the row's second
 # half of floats read as its first, in the one-split write and in a cluster's merge of 2, 4 or 8 peers): every
 # case whose rows end in their blocks must fail but the out_offset.* ones (written element by element), and no
 # case through the workspace and merge kernel. With ONLY=warpkeys, the key-slice kernel's instances of 32 keys a warp
-# (P V reads the warp's first 16 keys of V for its second 16 keys of P): exactly the warp_keys32.* cases that plan
-# such an instance must fail (test_decode_attention --families-only; their plan checks still pass), no other.
+# (their call of pv_tiles given the warp's first two n8 tiles of scores: P V drops its second 16 keys): exactly
+# the warp_keys32.* cases that plan such an instance must fail (test_decode_attention --families-only; their plan
+# checks still pass), no other.
 # Usage: [ONLY=rows|rows5|pieces|warpkeys] bash tests/gpu/break_mma_families.sh BUILD_DIR [cmake args...]; then
 #        BUILD_DIR/test_decode_attention --families-only (expected: every case fails, none passes).
 set -euo pipefail
@@ -36,7 +37,8 @@ if [ "${ONLY:-}" = pieces ]; then
   exit 0
 fi
 if [ "${ONLY:-}" = warpkeys ]; then
-  edit 'const int vkey = kw + kk * 16 + (lane & 7)' 'const int vkey = kw + (lane & 7)'
+  edit 'pv_tiles<T, KN, NT, CHS>(o, s, sv(stage), kw, lane);' \
+       'pv_tiles<T, 2, NT, CHS>(o, reinterpret_cast<const float(&)[2][4]>(s), sv(stage), kw, lane);'
   build_copy "$build" test_decode_attention "$@"
   echo "broken copy built: $build/test_decode_attention --families-only"
   exit 0
@@ -55,6 +57,8 @@ if [ "${ONLY:-}" != rows ]; then
   edit 'const int hg = tq == 1 ? st.row0 + r : (st.row0 + r) / tq;' 'const int hg = tq == 1 ? r : r / tq;' \
        "$src/custom_ops/kernels/decode_attention_merge_cuda.cuh"
 fi
-edit 'const int vkey = kk * 16 + (lane & 7)' 'const int vkey = (lane & 7)' "$src/custom_ops/kernels/decode_attention_mma_rows_cuda.cuh"
+edit 'pv_tiles<T, KN, NT, CHS>(o, s, sv(stage), 0, lane);' \
+     'pv_tiles<T, 2, NT, CHS>(o, reinterpret_cast<const float(&)[2][4]>(s), sv(stage), 0, lane);' \
+     "$src/custom_ops/kernels/decode_attention_mma_rows_cuda.cuh"
 build_copy "$build" test_decode_attention "$@"
 echo "broken copy built: $build/test_decode_attention --families-only"
