@@ -94,14 +94,15 @@ void balance_splits(const DecodeAttentionParams& p, Plan* plan, int resident, in
 // to 10.66; equal at 2048 keys a split (B=8 S=4k) and slower past it (B=8 S=16k, 8192 keys: 128.8
 // against 125.2), and slower in two waves (B=32 S=1k: 39.3 against 35.8). 8 warps put two warps on each
 // scheduler and halve the instructions each warp issues per key: what a short block pays for.
-// But not where a split is one 8-warp tile or less (128 keys): nothing then overlaps the tile's load, where 4 warps
-// have two 64-key tiles in the pipeline. H100, 2026-12-07 16:30 UTC, today's kernels, fp16, per slot, 8 -> 4 warps
-// in one process: every such row 4-13 % faster (Llama-3-70B B=1 S=512 7.36 -> 6.50 µs, B=4 S=512 10.37 -> 9.35;
-// MQA 32/1 B=16 S=512 10.16 -> 9.67; StarCoder B=4 S=512 7.74 -> 7.01); at 256 keys a split mixed (Qwen2-7B B=16
-// S=512 -7 %, MQA 32/1 B=1 S=2k +9 %), at 512 and more within +-3 % but for MQA B=64 S=512 (+8 %). (The H200's
-// B=1 S=1k above had 128 keys a split with the kernels of 2026-11-30; not timed there since.)
+// But not where a split holds less than one and a half 8-warp tiles (192 keys): little then overlaps a tile's load,
+// where 4 warps have two or three 64-key tiles in the pipeline. H100, 2026-12-07, today's kernels, fp16, 8 -> 4 warps
+// in one process (16:30 UTC): every row of 72-144 keys a split 4-13 % faster (per slot, 64 keys past S: Llama-3-70B
+// B=1 S=512 7.36 -> 6.50 µs, B=4 S=512 10.37 -> 9.35; MQA 32/1 B=16 S=512 10.16 -> 9.67; StarCoder B=4 S=512 7.74
+// -> 7.01); at 256-264 keys mixed (GQA mostly faster, Qwen2-7B B=16 S=512 -7 %, but MQA 32/1 B=1 S=2k +9 %); at 512
+// and more within +-3 % but for MQA B=64 S=512 (+8 %). Nothing between 144 and 256 keys was timed. (The H200's B=1
+// S=1k above had 128 keys a split with the kernels of 2026-11-30; not timed there since.)
 constexpr int64_t kEightWarpsMaxKeys = 2048;  // keys of one split
-constexpr int64_t kEightWarpsMinKeys = mma_tile_keys(8, 1) + 1;
+constexpr int64_t kEightWarpsMinKeys = mma_tile_keys(8, 1) * 3 / 2;
 constexpr int64_t kMhaOneWaveMaxKeys = 2304;  // plan_kernel's one-wave MHA batches: measured to 2k + 64 keys
 
 // Whether the tensor-core kernel's grid (one block per entry, kv head, row group and split) has no more
