@@ -266,11 +266,16 @@ int choose_warp_keys(const DecodeAttentionParams& p, int64_t R, int tiles, int64
 // kernel (16 at S=2k). H200, per-slot fp16, B=1 (run of 2026-12-02 02:31 UTC): S=512 (576 keys), 8
 // splits in a cluster against 4: Gemma 8/1 8.32 against 10.94 us, StarCoder 7.74 against 8.75, MQA 32/1
 // 7.78 against 8.77, Falcon 5.50 against 5.85; Falcon S=2k (2112 keys), 8 in a cluster 6.26 against 16
-// merged by the kernel 8.12. Measured up to 2112 keys: only there (kFullClusterMaxKeys).
-constexpr int64_t kFullClusterMinKeys = 64, kFullClusterMaxKeys = 2304;
+// merged by the kernel 8.12. Measured up to 2112 keys: only there (kFullClusterMaxKeys). At head_dim 256 a key is
+// twice the bytes, and the cluster's 8 blocks too few past the bytes of 2304 keys at 128 (kFullClusterMaxKeyDims):
+// H100, 2026-12-07 17:18 UTC, Gemma 8/1 B=1 S=2k (2112 keys) per slot fp16, 8 splits in a cluster 11.43 us against
+// 16 merged by the kernel 10.03 and 32 9.23 (SDPA 10.19); B=4 11.49 against 11.53. At head_dim 128 the cluster stays
+// the faster there (MQA 32/1 B=1 S=2k 8.49 against 8.68, StarCoder 8.47 against 9.02, Qwen2-7B 8.12 against 8.61).
+constexpr int64_t kFullClusterMinKeys = 64, kFullClusterMaxKeys = 2304, kFullClusterMaxKeyDims = 2304 * 128;
 void fill_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, const int* max_clusters) {
   const int64_t clusters = p.batch * p.kv_heads * plan->row_groups;
   if (limit < 2 || options_of(p).splits > 0 || p.kv_len > kFullClusterMaxKeys ||
+      p.kv_len * p.head_dim > kFullClusterMaxKeyDims ||
       p.kv_len < limit * kFullClusterMinKeys || clusters * limit > plan->sms ||
       !clusters_fit(clusters, limit, max_clusters)) {
     return;
