@@ -96,7 +96,7 @@ void balance_splits(const DecodeAttentionParams& p, Plan* plan, int resident, in
 // scheduler and halve the instructions each warp issues per key: what a short block pays for.
 // But not where a split holds less than one and a half 8-warp tiles (192 keys): little then overlaps a tile's load,
 // where 4 warps have two or three 64-key tiles in the pipeline. H100, 2026-12-07, today's kernels, fp16, 8 -> 4 warps
-// in one process (16:30 UTC): every row of 72-144 keys a split 4-13 % faster (per slot, 64 keys past S: Llama-3-70B
+// in one process (16:28 UTC): every row of 72-144 keys a split 4-13 % faster (per slot, 64 keys past S: Llama-3-70B
 // B=1 S=512 7.36 -> 6.50 µs, B=4 S=512 10.37 -> 9.35; MQA 32/1 B=16 S=512 10.16 -> 9.67; StarCoder B=4 S=512 7.74
 // -> 7.01); at 256-264 keys mixed (GQA mostly faster, Qwen2-7B B=16 S=512 -7 %, but MQA 32/1 B=1 S=2k +9 %); at 512
 // and more within +-3 % but for MQA B=64 S=512 (+8 %). Nothing between 144 and 256 keys was timed. (The H200's B=1
@@ -268,7 +268,7 @@ int choose_warp_keys(const DecodeAttentionParams& p, int64_t R, int tiles, int64
 // 7.78 against 8.77, Falcon 5.50 against 5.85; Falcon S=2k (2112 keys), 8 in a cluster 6.26 against 16
 // merged by the kernel 8.12. Measured up to 2112 keys: only there (kFullClusterMaxKeys). At head_dim 256 a key is
 // twice the bytes, and the cluster's 8 blocks too few past the bytes of 2304 keys at 128 (kFullClusterMaxKeyDims):
-// H100, 2026-12-07 17:18 UTC, Gemma 8/1 B=1 S=2k (2112 keys) per slot fp16, 8 splits in a cluster 11.43 us against
+// H100, 2026-12-07 17:13 UTC, Gemma 8/1 B=1 S=2k (2112 keys) per slot fp16, 8 splits in a cluster 11.43 us against
 // 16 merged by the kernel 10.03 and 32 9.23 (SDPA 10.19); B=4 11.49 against 11.53. At head_dim 128 the cluster stays
 // the faster there (MQA 32/1 B=1 S=2k 8.49 against 8.68, StarCoder 8.47 against 9.02, Qwen2-7B 8.12 against 8.61).
 constexpr int64_t kFullClusterMinKeys = 64, kFullClusterMaxKeys = 2304, kFullClusterMaxKeyDims = 2304 * 128;
