@@ -1,4 +1,4 @@
-// See decode_attention_plan.h. The measurements behind each choice are the H200's
+// See decode_attention_plan.h. The measurements behind each choice are the H200's unless a comment names an H100
 // (docs/H200_DECODE_PARITY.md).
 #include "decode_attention_plan.h"
 
