@@ -271,7 +271,7 @@ int choose_warp_keys(const DecodeAttentionParams& p, int64_t R, int tiles, int64
 // H100, 2026-12-07 17:13 UTC, Gemma 8/1 B=1 S=2k (2112 keys) per slot fp16, 8 splits in a cluster 11.43 us against
 // 16 merged by the kernel 10.03 and 32 9.23 (SDPA 10.19); B=4 11.49 against 11.53. At head_dim 128 the cluster stays
 // the faster there (MQA 32/1 B=1 S=2k 8.49 against 8.68, StarCoder 8.47 against 9.02, Qwen2-7B 8.12 against 8.61).
-constexpr int64_t kFullClusterMinKeys = 64, kFullClusterMaxKeys = 2304, kFullClusterMaxKeyDims = 2304 * 128;
+constexpr int64_t kFullClusterMinKeys = 64, kFullClusterMaxKeys = 2304, kFullClusterMaxKeyDims = kFullClusterMaxKeys * 128;
 void fill_cluster(const DecodeAttentionParams& p, Plan* plan, int limit, const int* max_clusters) {
   const int64_t clusters = p.batch * p.kv_heads * plan->row_groups;
   if (limit < 2 || options_of(p).splits > 0 || p.kv_len > kFullClusterMaxKeys ||
