@@ -139,19 +139,23 @@ __device__ __forceinline__ void grow_v_scale(float vmax, float& U, float& inv_u,
 }
 
 // The split [s0, s1) of one (entry, kv head) as tiles of mma_tile_keys(W, KPW) keys in STAGES stages of shared
-// memory: K codes, V codes (chunk_at's order), then int8's K and V scales. load(i, st) puts tile i in stage
-// st by cp.async (zeros past the split, masked by the kernels) and commits one group. Each thread copies
-// chunk column ch of keys key0 + it * kKeysPerPass; for int8, kScalePasses scales (K: the first half of the
-// block's scale slots). Its addresses differ by constant steps, computed once here, and a whole tile (every
-// tile but a split's last) is copied without a per-key condition: with the addresses worked out per copy
-// from the params, integer work was a third of the int8 loop's instructions (SASS, H200; with this and the
-// keys kernel's leaner softmax, int8 took 0.2-16 % less time in two H200 calls, docs/QUANTIZED_CACHE.md).
+// memory: K codes, V codes (chunk_at's order), then int8's K and V scales. Tiles go in in order, 0, 1, 2, ...:
+// load_next() puts the next one into the next stage by cp.async (zeros past the split, masked by the kernels) and
+// commits one group. Each thread copies chunk column ch of keys key0 + it * kKeysPerPass; for int8, kScalePasses
+// scales (K: the first half of the block's scale slots). Its addresses differ by constant steps, computed once
+// here, and a cursor (the next tile's addresses, keys left and stage) moves by a step a tile: worked out from
+// the tile's index instead, a 64-bit multiply per address and a division by the stage count were most of a
+// tile's copy instructions (SASS, sm_90). A whole tile (every tile but a split's last) is copied without a
+// per-key condition: with the addresses worked out per copy from the params, integer work was a third of the
+// int8 loop's instructions (SASS, H200; with this and the keys kernel's leaner softmax, int8 took 0.2-16 % less
+// time in two H200 calls, docs/QUANTIZED_CACHE.md).
 template <int D, int W, int KPW, bool kPerToken>
 struct SplitTiles {
   static constexpr int kThreads = 32 * W, kTileKeys = mma_tile_keys(W, KPW), CH = D / 16;
   static constexpr int kPasses = kTileKeys * CH / kThreads;      // 16-byte chunks of K (and of V) a thread copies a tile
   static constexpr int kKeysPerPass = kThreads / CH;
   static constexpr int kScalePasses = 2 * kTileKeys / kThreads;  // int8: K and V scales a thread copies a tile
+  static constexpr int kStageBytes = stage_bytes<D, W, KPW>();
   static_assert(kThreads % CH == 0 && kTileKeys * CH % kThreads == 0 && 2 * kTileKeys % kThreads == 0, "copy shape");
   static_assert(kKeysPerPass % 8 == 0, "chunk_at's swizzle the same for every pass of a thread");
 
@@ -160,13 +164,16 @@ struct SplitTiles {
   const uint8_t* vb;
   const float* ksb;   // the entry's and kv head's K scales (key 0; fp8: its one scale)
   const float* vsb;
-  const uint8_t* kp;  // this thread's first chunk of tile 0
-  const uint8_t* vp;
   int64_t k_pass, v_pass;  // bytes between a thread's chunks of one tile: kKeysPerPass keys
-  const float* sp[kPerToken ? kScalePasses : 1];  // int8: this thread's scale of tile 0, each pass
-  int64_t s_tile[kPerToken ? kScalePasses : 1];   // ... and the floats between tiles
-  int64_t n;          // keys of the split
-  int chunk0;         // this thread's first chunk in a stage (its key0 and column)
+  int chunk0;              // this thread's first chunk in a stage (its key0 and column)
+  // The cursor: the next tile's first chunk of K and of V for this thread, its scale each pass (int8), its keys
+  // inside the split, and its stage's byte offset.
+  const uint8_t* kt;
+  const uint8_t* vt;
+  const float* sp[kPerToken ? kScalePasses : 1];
+  int64_t s_tile[kPerToken ? kScalePasses : 1];  // ... and the floats from one tile's scale to the next's
+  int64_t left;
+  int stage_off = 0;
 
   __device__ __forceinline__ SplitTiles(uint8_t* smem_, const QuantAttentionParams& p, const EntryView& e, int hk,
                                         int64_t s0, int64_t s1)
@@ -175,10 +182,10 @@ struct SplitTiles {
         vb(static_cast<const uint8_t*>(p.attn.v) + e.row * p.attn.v_stride[1] + hk * p.attn.v_stride[2] + s0 * p.attn.v_stride[0]),
         ksb(p.k_scale + e.row * p.k_scale_stride[1] + hk * p.k_scale_stride[2]),
         vsb(p.v_scale + e.row * p.v_scale_stride[1] + hk * p.v_scale_stride[2]),
-        n(s1 - s0) {
+        left(s1 - s0) {
     const int ch = static_cast<int>(threadIdx.x) % CH, key0 = static_cast<int>(threadIdx.x) / CH;
-    kp = kb + key0 * p.attn.k_stride[0] + 16 * ch;
-    vp = vb + key0 * p.attn.v_stride[0] + 16 * ch;
+    kt = kb + key0 * p.attn.k_stride[0] + 16 * ch;
+    vt = vb + key0 * p.attn.v_stride[0] + 16 * ch;
     k_pass = kKeysPerPass * p.attn.k_stride[0];
     v_pass = kKeysPerPass * p.attn.v_stride[0];
     chunk0 = chunk_at<D>(key0, ch);
@@ -194,59 +201,58 @@ struct SplitTiles {
     }
   }
 
-  __device__ __forceinline__ uint8_t* k(int st) const { return smem + st * stage_bytes<D, W, KPW>(); }
+  __device__ __forceinline__ uint8_t* k(int st) const { return smem + st * kStageBytes; }
   __device__ __forceinline__ uint8_t* v(int st) const { return k(st) + kTileKeys * D; }
   __device__ __forceinline__ float* scale_k(int st) const { return reinterpret_cast<float*>(v(st) + kTileKeys * D); }
   __device__ __forceinline__ float* scale_v(int st) const { return scale_k(st) + kTileKeys; }
 
   // Tiles 0 .. STAGES - 2 in flight (empty groups past the last tile).
-  __device__ __forceinline__ void prime(int n_tiles) const {
-    auto load_tile = [&](int i, int st) { load(i, st); };
-    prime_pipeline<stages<D>()>(n_tiles, load_tile);
+  __device__ __forceinline__ void prime() {
+#pragma unroll
+    for (int st = 0; st < stages<D>() - 1; ++st) load_next();
   }
-  // The pipeline's step into tile i: wait until it has landed for every thread (and every warp is done with
-  // tile i - 1), then load tile i + STAGES - 1 into tile i - 1's stage (an empty group past the last tile).
-  // 32-bit counts: a cheap % STAGES.
-  __device__ __forceinline__ void step(int i, int n_tiles) const {
-    constexpr int STAGES = stages<D>();
-    cp_async_wait<STAGES - 2>();
+  // The pipeline's step into the next tile: wait until it has landed for every thread (and every warp is done
+  // with the one before), then load the tile STAGES - 1 past it into that one's stage (an empty group past the
+  // split's last tile).
+  __device__ __forceinline__ void step() {
+    cp_async_wait<stages<D>() - 2>();
     __syncthreads();
-    const int next = i + STAGES - 1;
-    if (next < n_tiles) {
-      load(next, next % STAGES);
-    } else {
-      cp_async_commit();
-    }
+    load_next();
   }
 
-  __device__ __forceinline__ void load(int i, int st) const {
-    const int64_t left = n - static_cast<int64_t>(i) * kTileKeys;  // keys of the tile inside the split
-    const uint8_t* kt = kp + static_cast<int64_t>(i) * (kPasses * k_pass);
-    const uint8_t* vt = vp + static_cast<int64_t>(i) * (kPasses * v_pass);
-    uint8_t* const sk = k(st) + chunk0;
-    uint8_t* const sv = v(st) + chunk0;
-    if (left >= kTileKeys) {
+  // The next tile into its stage, one commit group (empty past the split's last tile).
+  __device__ __forceinline__ void load_next() {
+    if (left > 0) {
+      uint8_t* const sk = smem + stage_off + chunk0;
+      uint8_t* const sv = sk + kTileKeys * D;
+      if (left >= kTileKeys) {
 #pragma unroll
-      for (int it = 0; it < kPasses; ++it) {
-        cp_async16(sk + it * kKeysPerPass * D, kt + it * k_pass, true);
-        cp_async16(sv + it * kKeysPerPass * D, vt + it * v_pass, true);
-      }
-    } else {
-      const int key0 = static_cast<int>(threadIdx.x) / CH;
+        for (int it = 0; it < kPasses; ++it) {
+          cp_async16(sk + it * kKeysPerPass * D, kt + it * k_pass, true);
+          cp_async16(sv + it * kKeysPerPass * D, vt + it * v_pass, true);
+        }
+      } else {
+        const int key0 = static_cast<int>(threadIdx.x) / CH;
 #pragma unroll
-      for (int it = 0; it < kPasses; ++it) {
-        const bool ok = key0 + it * kKeysPerPass < left;  // past the split: zeros, masked by the kernel
-        cp_async16(sk + it * kKeysPerPass * D, ok ? kt + it * k_pass : kb, ok);
-        cp_async16(sv + it * kKeysPerPass * D, ok ? vt + it * v_pass : vb, ok);
+        for (int it = 0; it < kPasses; ++it) {
+          const bool ok = key0 + it * kKeysPerPass < left;  // past the split: zeros, masked by the kernel
+          cp_async16(sk + it * kKeysPerPass * D, ok ? kt + it * k_pass : kb, ok);
+          cp_async16(sv + it * kKeysPerPass * D, ok ? vt + it * v_pass : vb, ok);
+        }
       }
-    }
-    if constexpr (kPerToken) {
+      kt += kPasses * k_pass;
+      vt += kPasses * v_pass;
+      if constexpr (kPerToken) {
 #pragma unroll
-      for (int pass = 0; pass < kScalePasses; ++pass) {
-        const int idx = static_cast<int>(threadIdx.x) + pass * kThreads, key = idx % kTileKeys;
-        const bool ok = key < left;
-        cp_async4((idx >= kTileKeys ? scale_v(st) : scale_k(st)) + key, ok ? sp[pass] + i * s_tile[pass] : ksb, ok);
+        for (int pass = 0; pass < kScalePasses; ++pass) {
+          const int idx = static_cast<int>(threadIdx.x) + pass * kThreads, key = idx % kTileKeys;
+          const bool ok = key < left;
+          cp_async4(reinterpret_cast<float*>(smem + stage_off + 2 * kTileKeys * D) + idx, ok ? sp[pass] : ksb, ok);
+          sp[pass] += s_tile[pass];
+        }
       }
+      left -= kTileKeys;
+      stage_off = stage_off == (stages<D>() - 1) * kStageBytes ? 0 : stage_off + kStageBytes;
     }
     cp_async_commit();
   }

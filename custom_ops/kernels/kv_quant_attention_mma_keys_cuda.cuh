@@ -66,8 +66,8 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
   const int64_t s1 = e.n < s0 + l.keys_per_split ? e.n : s0 + l.keys_per_split;
   const int n_tiles = s1 > s0 ? static_cast<int>((s1 - s0 + kTileKeys - 1) / kTileKeys) : 0;
 
-  const SplitTiles<D, W, KPW, kPerToken> tiles(smem, p, e, hk, s0, s1);
-  tiles.prime(n_tiles);
+  SplitTiles<D, W, KPW, kPerToken> tiles(smem, p, e, hk, s0, s1);
+  tiles.prime();
 
   // Q^T as the B operand: query row g (zeros past the group), dims of step ks as mma_split_kernel orders them.
   uint32_t qb[KS][2];
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
 
   const int kw = warp * KPW;
   for (int i = 0; i < n_tiles; ++i) {
-    tiles.step(i, n_tiles);  // tile i has landed for every thread; tile i + STAGES - 1 is on its way
+    tiles.step();  // tile i has landed for every thread; tile i + STAGES - 1 is on its way
     const int st = i % STAGES;
     const int64_t ahead = s1 - (s0 + static_cast<int64_t>(i) * kTileKeys + kw);
     const int visible = ahead <= 0 ? 0 : ahead >= KPW ? KPW : static_cast<int>(ahead);
