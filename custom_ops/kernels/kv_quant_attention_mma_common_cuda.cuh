@@ -174,6 +174,9 @@ struct SplitTiles {
   int64_t s_tile[kPerToken ? kScalePasses : 1];  // ... and the floats from one tile's scale to the next's
   int64_t left;
   int stage_off = 0;
+  // The tile the warps compute (step() moves it on): its stage's byte offset and its keys inside the split.
+  int read_off = (stages<D>() - 1) * kStageBytes;
+  int64_t read_left;
 
   __device__ __forceinline__ SplitTiles(uint8_t* smem_, const QuantAttentionParams& p, const EntryView& e, int hk,
                                         int64_t s0, int64_t s1)
@@ -182,7 +185,8 @@ struct SplitTiles {
         vb(static_cast<const uint8_t*>(p.attn.v) + e.row * p.attn.v_stride[1] + hk * p.attn.v_stride[2] + s0 * p.attn.v_stride[0]),
         ksb(p.k_scale + e.row * p.k_scale_stride[1] + hk * p.k_scale_stride[2]),
         vsb(p.v_scale + e.row * p.v_scale_stride[1] + hk * p.v_scale_stride[2]),
-        left(s1 - s0) {
+        left(s1 - s0),
+        read_left(s1 - s0 + kTileKeys) {
     const int ch = static_cast<int>(threadIdx.x) % CH, key0 = static_cast<int>(threadIdx.x) / CH;
     kt = kb + key0 * p.attn.k_stride[0] + 16 * ch;
     vt = vb + key0 * p.attn.v_stride[0] + 16 * ch;
@@ -201,22 +205,30 @@ struct SplitTiles {
     }
   }
 
-  __device__ __forceinline__ uint8_t* k(int st) const { return smem + st * kStageBytes; }
-  __device__ __forceinline__ uint8_t* v(int st) const { return k(st) + kTileKeys * D; }
-  __device__ __forceinline__ float* scale_k(int st) const { return reinterpret_cast<float*>(v(st) + kTileKeys * D); }
-  __device__ __forceinline__ float* scale_v(int st) const { return scale_k(st) + kTileKeys; }
+  // The computed tile's K and V codes and (int8) scales.
+  __device__ __forceinline__ const uint8_t* k() const { return smem + read_off; }
+  __device__ __forceinline__ const uint8_t* v() const { return k() + kTileKeys * D; }
+  __device__ __forceinline__ const float* scale_k() const { return reinterpret_cast<const float*>(v() + kTileKeys * D); }
+  __device__ __forceinline__ const float* scale_v() const { return scale_k() + kTileKeys; }
+  // Of the computed tile's KPW keys from key kw on (a warp's), how many lie inside the split: 0 .. KPW.
+  __device__ __forceinline__ int visible(int kw) const {
+    const int64_t ahead = read_left - kw;
+    return ahead <= 0 ? 0 : ahead >= KPW ? KPW : static_cast<int>(ahead);
+  }
 
   // Tiles 0 .. STAGES - 2 in flight (empty groups past the last tile).
   __device__ __forceinline__ void prime() {
 #pragma unroll
     for (int st = 0; st < stages<D>() - 1; ++st) load_next();
   }
-  // The pipeline's step into the next tile: wait until it has landed for every thread (and every warp is done
-  // with the one before), then load the tile STAGES - 1 past it into that one's stage (an empty group past the
-  // split's last tile).
+  // The pipeline's step into the next tile (the one k() ... visible() then show): wait until it has landed for
+  // every thread (and every warp is done with the one before), then load the tile STAGES - 1 past it into that
+  // one's stage (an empty group past the split's last tile).
   __device__ __forceinline__ void step() {
     cp_async_wait<stages<D>() - 2>();
     __syncthreads();
+    read_off = read_off == (stages<D>() - 1) * kStageBytes ? 0 : read_off + kStageBytes;
+    read_left -= kTileKeys;
     load_next();
   }
 

@@ -119,9 +119,7 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
   const int kw = warp * KPW;
   for (int i = 0; i < n_tiles; ++i) {
     tiles.step();  // tile i has landed for every thread; tile i + STAGES - 1 is on its way
-    const int st = i % STAGES;
-    const int64_t ahead = s1 - (s0 + static_cast<int64_t>(i) * kTileKeys + kw);
-    const int visible = ahead <= 0 ? 0 : ahead >= KPW ? KPW : static_cast<int>(ahead);
+    const int visible = tiles.visible(kw);
     if (visible == 0) continue;
 
     // Per key (this lane's keys g and g + 8 of each m16 tile): the softmax scale (times int8's K scale) and P's
@@ -134,8 +132,8 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
       for (int mk = 0; mk < MK; ++mk) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          kf[mk][h] = scale2 * tiles.scale_k(st)[kw + 16 * mk + g + 8 * h];
-          pf[mk][h] = tiles.scale_v(st)[kw + 16 * mk + g + 8 * h];
+          kf[mk][h] = scale2 * tiles.scale_k()[kw + 16 * mk + g + 8 * h];
+          pf[mk][h] = tiles.scale_v()[kw + 16 * mk + g + 8 * h];
         }
       }
     }
@@ -149,8 +147,8 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
       uint4 wa[MK], wb[MK];
 #pragma unroll
       for (int mk = 0; mk < MK; ++mk) {
-        wa[mk] = *reinterpret_cast<const uint4*>(tiles.k(st) + chunk_at<D>(kw + 16 * mk + g, 4 * kg + t));
-        wb[mk] = *reinterpret_cast<const uint4*>(tiles.k(st) + chunk_at<D>(kw + 16 * mk + g + 8, 4 * kg + t));
+        wa[mk] = *reinterpret_cast<const uint4*>(tiles.k() + chunk_at<D>(kw + 16 * mk + g, 4 * kg + t));
+        wb[mk] = *reinterpret_cast<const uint4*>(tiles.k() + chunk_at<D>(kw + 16 * mk + g + 8, 4 * kg + t));
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -233,7 +231,7 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
       // P^T's B fragments: (key g | g + 8; rows 2t, 2t + 1) transposed to (row g; keys 2t, 2t + 1 | + 8).
       const uint32_t pb0 = transpose8x8(pack2<T>(s[mk][0] * pf[mk][0], s[mk][1] * pf[mk][0]));
       const uint32_t pb1 = transpose8x8(pack2<T>(s[mk][2] * pf[mk][1], s[mk][3] * pf[mk][1]));
-      const VStepCodes<D> vc(tiles.v(st), kw + 16 * mk, g, t);
+      const VStepCodes<D> vc(tiles.v(), kw + 16 * mk, g, t);
 #pragma unroll
       for (int j = 0; j < VB / 4; ++j) {
         const uint32_t lo01 = vc.lo01(j), hi01 = vc.hi01(j), lo89 = vc.lo89(j), hi89 = vc.hi89(j);

@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
   const EntryView e = entry_of(a, b);
   const int64_t s0 = split * l.keys_per_split;
   const int64_t s1 = e.n < s0 + l.keys_per_split ? e.n : s0 + l.keys_per_split;
-  const int n_tiles = s1 > s0 ? static_cast<int>((s1 - s0 + kTileKeys - 1) / kTileKeys) : 0;  // 32-bit: cheap % STAGES
+  const int n_tiles = s1 > s0 ? static_cast<int>((s1 - s0 + kTileKeys - 1) / kTileKeys) : 0;
 
   SplitTiles<D, W, KPW, kPerToken> tiles(smem, p, e, hk, s0, s1);
   tiles.prime();
@@ -125,9 +125,7 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
   const int kw = warp * KPW;  // the warp's first key in every tile
   for (int i = 0; i < n_tiles; ++i) {
     tiles.step();  // tile i has landed for every thread; tile i + STAGES - 1 is on its way
-    const int st = i % STAGES;
-    const int64_t ahead = s1 - (s0 + static_cast<int64_t>(i) * kTileKeys + kw);
-    const int visible = ahead <= 0 ? 0 : ahead >= KPW ? KPW : static_cast<int>(ahead);
+    const int visible = tiles.visible(kw);
     if (visible == 0) continue;  // warp-uniform (only a split's last tile)
 
     // S = Q K^T over the warp's KPW keys (NK n8 tiles): key kw + nt * 8 + g per lane.
@@ -140,7 +138,7 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
       uint4 w4[NK];
 #pragma unroll
       for (int nt = 0; nt < NK; ++nt) {
-        w4[nt] = *reinterpret_cast<const uint4*>(tiles.k(st) + chunk_at<D>(kw + nt * 8 + g, 4 * kg + t));
+        w4[nt] = *reinterpret_cast<const uint4*>(tiles.k() + chunk_at<D>(kw + nt * 8 + g, 4 * kg + t));
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -166,8 +164,8 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
       float vmax = 0.f;
 #pragma unroll
       for (int nt = 0; nt < NK; ++nt) {
-        const float2 ksc = *reinterpret_cast<const float2*>(tiles.scale_k(st) + kw + nt * 8 + 2 * t);
-        const float2 vsc = *reinterpret_cast<const float2*>(tiles.scale_v(st) + kw + nt * 8 + 2 * t);
+        const float2 ksc = *reinterpret_cast<const float2*>(tiles.scale_k() + kw + nt * 8 + 2 * t);
+        const float2 vsc = *reinterpret_cast<const float2*>(tiles.scale_v() + kw + nt * 8 + 2 * t);
         kf[nt][0] = scale2 * ksc.x, kf[nt][1] = scale2 * ksc.y;
         pf[nt][0] = vsc.x, pf[nt][1] = vsc.y;
         vmax = fmaxf(vmax, fmaxf(vsc.x, vsc.y));
@@ -191,7 +189,7 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
       // O += P V: P (times int8's V scales over U) as the A operand straight from the scores.
       const uint32_t pa[4] = {pack2<T>(s[a0][0] * pf[a0][0], s[a0][1] * pf[a0][1]), pack2<T>(s[a0][2] * pf[a0][0], s[a0][3] * pf[a0][1]),
                               pack2<T>(s[a1][0] * pf[a1][0], s[a1][1] * pf[a1][1]), pack2<T>(s[a1][2] * pf[a1][0], s[a1][3] * pf[a1][1])};
-      const VStepCodes<D> vc(tiles.v(st), kw + 16 * kk, g, t);
+      const VStepCodes<D> vc(tiles.v(), kw + 16 * kk, g, t);
 #pragma unroll
       for (int j = 0; j < VB / 4; ++j) {
         // [k0.b0, k1.b0, k0.b1, k1.b1] and [k0.b2, k1.b2, k0.b3, k1.b3]: dims 4j .. 4j + 3 as key pairs.
