@@ -54,6 +54,17 @@ __device__ __forceinline__ int chunk_at(int key, int c) {
   return key * D + 16 * (c ^ ((((key & 1) << 2) ^ (key & 6)) & (CH - 1)));
 }
 
+// x, hidden from the compiler's rematerialization (kept in a register from here on): for lane offsets that
+// ptxas would otherwise recompute from the thread index every tile.
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+__device__ __forceinline__ int64_t opaque(int64_t x) {
+  asm volatile("" : "+l"(x));
+  return x;
+}
+
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool pred) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -172,6 +183,8 @@ struct SplitTiles {
   const uint8_t* vt;
   const float* sp[kPerToken ? kScalePasses : 1];
   int64_t s_tile[kPerToken ? kScalePasses : 1];  // ... and the floats from one tile's scale to the next's
+  int scale_ok[kPerToken ? kScalePasses : 1];     // ... its key in a tile (copied where the split holds it)
+  int scale_dst[kPerToken ? kScalePasses : 1];    // ... its byte offset in a stage
   int64_t left;
   int stage_off = 0;
   // The tile the warps compute (step() moves it on): its stage's byte offset and its keys inside the split.
@@ -200,7 +213,9 @@ struct SplitTiles {
         const bool is_v = idx >= kTileKeys;
         const int64_t stride = is_v ? p.v_scale_stride[0] : p.k_scale_stride[0];
         sp[pass] = (is_v ? vsb : ksb) + (s0 + key) * stride;
-        s_tile[pass] = kTileKeys * stride;
+        s_tile[pass] = opaque(kTileKeys * stride);
+        scale_ok[pass] = opaque(key);
+        scale_dst[pass] = opaque(2 * kTileKeys * D + 4 * idx);
       }
     }
   }
@@ -257,9 +272,8 @@ struct SplitTiles {
       if constexpr (kPerToken) {
 #pragma unroll
         for (int pass = 0; pass < kScalePasses; ++pass) {
-          const int idx = static_cast<int>(threadIdx.x) + pass * kThreads, key = idx % kTileKeys;
-          const bool ok = key < left;
-          cp_async4(reinterpret_cast<float*>(smem + stage_off + 2 * kTileKeys * D) + idx, ok ? sp[pass] : ksb, ok);
+          const bool ok = scale_ok[pass] < left;
+          cp_async4(smem + stage_off + scale_dst[pass], ok ? sp[pass] : ksb, ok);
           sp[pass] += s_tile[pass];
         }
       }
@@ -278,6 +292,26 @@ template <int D>
 struct VStepCodes {
   static constexpr int VB = D / 8;
   uint32_t w[4][VB / 4];
+  // Keys 2t and 2t + 1 of a tile's first k16 step (from key kw): their chunk offsets, opaque to ptxas (worked out
+  // once a block; keys 2t + 8, 2t + 9 are 8 D further, the swizzle the same, and step mk 16 D mk).
+  __device__ __forceinline__ static int2 lane_offsets(int kw, int g, int t) {
+    const int extra = VB == 16 ? 0 : 8 * (g & 1);
+    return make_int2(opaque(chunk_at<D>(kw + 2 * t, VB == 16 ? g : g >> 1) + extra),
+                     opaque(chunk_at<D>(kw + 2 * t + 1, VB == 16 ? g : g >> 1) + extra));
+  }
+  __device__ __forceinline__ VStepCodes(const uint8_t* tile_v_step, int2 off) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const uint8_t* at = tile_v_step + ((r & 1) ? off.y : off.x) + 8 * D * (r >> 1);
+      if constexpr (VB == 16) {
+        const uint4 x = *reinterpret_cast<const uint4*>(at);
+        w[r][0] = x.x, w[r][1] = x.y, w[r][2] = x.z, w[r][3] = x.w;
+      } else {
+        const uint2 x = *reinterpret_cast<const uint2*>(at);
+        w[r][0] = x.x, w[r][1] = x.y;
+      }
+    }
+  }
   __device__ __forceinline__ VStepCodes(const uint8_t* tile_v, int key0, int g, int t) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {

@@ -116,7 +116,15 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
     if constexpr (kBiased) fold_bias_tile(o);
   };
 
-  const int kw = warp * KPW;
+  const int kw = opaque(warp * KPW), g_key = opaque(g);  // (g_key: key g of each m16 tile, for the split's end)
+  // This lane's byte offsets in a stage, worked out once (ptxas otherwise recomputes the swizzle from the thread
+  // index every tile): K chunk 4 kg + t of key kw + g (key + 8 and m16 tile mk: + 8 D and + 16 D mk, the swizzle
+  // the same), V chunk VB g of keys kw + 2t and + 1 (VStepCodes), the scale of key kw + g.
+  int k_off[D / 64];
+#pragma unroll
+  for (int kg = 0; kg < D / 64; ++kg) k_off[kg] = opaque(chunk_at<D>(kw + g, 4 * kg + t));
+  const int2 v_off = VStepCodes<D>::lane_offsets(kw, g, t);
+  const int s_off = opaque(kw + g);
   for (int i = 0; i < n_tiles; ++i) {
     tiles.step();  // tile i has landed for every thread; tile i + STAGES - 1 is on its way
     const int visible = tiles.visible(kw);
@@ -132,8 +140,8 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
       for (int mk = 0; mk < MK; ++mk) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          kf[mk][h] = scale2 * tiles.scale_k()[kw + 16 * mk + g + 8 * h];
-          pf[mk][h] = tiles.scale_v()[kw + 16 * mk + g + 8 * h];
+          kf[mk][h] = scale2 * tiles.scale_k()[s_off + 16 * mk + 8 * h];
+          pf[mk][h] = tiles.scale_v()[s_off + 16 * mk + 8 * h];
         }
       }
     }
@@ -147,8 +155,8 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
       uint4 wa[MK], wb[MK];
 #pragma unroll
       for (int mk = 0; mk < MK; ++mk) {
-        wa[mk] = *reinterpret_cast<const uint4*>(tiles.k() + chunk_at<D>(kw + 16 * mk + g, 4 * kg + t));
-        wb[mk] = *reinterpret_cast<const uint4*>(tiles.k() + chunk_at<D>(kw + 16 * mk + g + 8, 4 * kg + t));
+        wa[mk] = *reinterpret_cast<const uint4*>(tiles.k() + k_off[kg] + 16 * D * mk);
+        wb[mk] = *reinterpret_cast<const uint4*>(tiles.k() + k_off[kg] + 16 * D * mk + 8 * D);
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -183,7 +191,7 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
         for (int jr = 0; jr < 2; ++jr) {
           float& x = s[mk][2 * h + jr];
           x *= kf[mk][h];
-          if (visible < KPW && 16 * mk + g + 8 * h >= visible) x = -INFINITY;
+          if (visible < KPW && 16 * mk + g_key + 8 * h >= visible) x = -INFINITY;
           mx[jr] = fmaxf(mx[jr], x);
         }
       }
@@ -231,7 +239,7 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
       // P^T's B fragments: (key g | g + 8; rows 2t, 2t + 1) transposed to (row g; keys 2t, 2t + 1 | + 8).
       const uint32_t pb0 = transpose8x8(pack2<T>(s[mk][0] * pf[mk][0], s[mk][1] * pf[mk][0]));
       const uint32_t pb1 = transpose8x8(pack2<T>(s[mk][2] * pf[mk][1], s[mk][3] * pf[mk][1]));
-      const VStepCodes<D> vc(tiles.v(), kw + 16 * mk, g, t);
+      const VStepCodes<D> vc(tiles.v() + 16 * D * mk, v_off);
 #pragma unroll
       for (int j = 0; j < VB / 4; ++j) {
         const uint32_t lo01 = vc.lo01(j), hi01 = vc.hi01(j), lo89 = vc.lo89(j), hi89 = vc.hi89(j);
