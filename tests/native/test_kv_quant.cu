@@ -700,7 +700,8 @@ void test_bad_warp_keys() {
 }  // namespace
 
 // --no-bench: the checks only; --bench-only: the timings only; --tc-only: the tensor-core cases with
-// float16 q only (what compute-sanitizer runs: the kernel's memory accesses, at a memcheck's pace);
+// float16 q only (what compute-sanitizer runs: the kernel's memory accesses, at a memcheck's pace); --bad-only:
+// the refused forced block shapes, warp keys and head clusters only;
 // --sweep: the split-count sweep only (with --auto: the planner's count only); --profile: sweep's plain calls for a profiler;
 // --warps 4|8: the 8-bit tensor-core kernel's blocks forced to that many warps in the sweep and the bench;
 // --warp-keys 16|32: ... to warps of that many keys of every tile; --batch N: the sweep's and the bench's rows
@@ -709,13 +710,14 @@ void test_bad_warp_keys() {
 // at least N calls captured a graph (default 8) in both; --scale-tokens-inner: int8's scales in another order in both
 // (set_bench_kind); --head-cluster N: QuantAttentionParams::head_cluster in both.
 int main(int argc, char** argv) {
-  bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false;
+  bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false, bad_only = false;
   bool& sweep_auto = g_sweep_auto;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     no_bench = no_bench || arg == "--no-bench";
     bench_only = bench_only || arg == "--bench-only";
     tc_only = tc_only || arg == "--tc-only";
+    bad_only = bad_only || arg == "--bad-only";
     sweep_only = sweep_only || arg == "--sweep";
     profile = profile || arg == "--profile";
     sweep_auto = sweep_auto || arg == "--auto";
@@ -738,6 +740,10 @@ int main(int argc, char** argv) {
   }
   if (sweep_only || profile) {
     sweep(profile);
+    return r.finish();
+  }
+  if (bad_only) {
+    test_bad_warp_keys();
     return r.finish();
   }
   if (tc_only) {
