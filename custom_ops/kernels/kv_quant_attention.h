@@ -33,11 +33,6 @@ struct QuantAttentionParams {
   // CUDA, tensor cores: the keys on the MMA's M side and the query heads on N (mma_keys_kernel, groups of
   // at most 8 query heads a kv head). 0: the plan's choice; 1 forced; -1 never. A benchmark knob.
   int keys_on_m = 0;
-  // CUDA, tensor cores: the blocks of one (entry, split)'s kv heads in thread-block clusters of this many,
-  // kept within a tile of each other (so the int8 scales that their heads share a sector of are read from DRAM
-  // once). 0: the plan's choice; 1: none; 2, 4 or 8 forced (dividing the grid's kv-head dimension). A
-  // benchmark knob.
-  int head_cluster = 0;
 };
 
 // decode_attention's own check of attn, plus the kind and the scale pointers.

@@ -239,10 +239,6 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
   PVT_RETURN_IF_ERROR(decode_plan::check_options(decode_plan::options_of(a)));
   const int64_t forced = decode_plan::options_of(a).splits;
   l->programmatic = !decode_plan::options_of(a).no_pdl;
-  const int hc = p.head_cluster;
-  if (hc < 0 || hc > 8 || (hc & (hc - 1)) != 0) {
-    return Status(Code::kInvalidArgument, op + "head_cluster must be 0, 1, 2, 4 or 8, got " + std::to_string(hc));
-  }
   if (l->mma) {  // splits of whole tiles
     const int64_t blocks = a.batch * a.kv_heads * ((l->group + quant_cuda::kMmaHeads - 1) / quant_cuda::kMmaHeads);
     const int warps_asked = decode_plan::options_of(a).mma_warps;
@@ -262,12 +258,6 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
                                                    resident * sms);
     l->keys_per_split = (tiles + splits - 1) / splits * tile;
     l->splits = static_cast<int>((a.kv_len + l->keys_per_split - 1) / l->keys_per_split);
-    const int64_t grid_heads = a.kv_heads * ((l->group + quant_cuda::kMmaHeads - 1) / quant_cuda::kMmaHeads);
-    if (p.head_cluster > 1 && grid_heads % p.head_cluster != 0) {
-      return Status(Code::kInvalidArgument, op + "head_cluster must divide the kv heads' blocks (" +
-                                                std::to_string(grid_heads) + "), got " + std::to_string(p.head_cluster));
-    }
-    l->head_cluster = p.head_cluster > 0 ? p.head_cluster : 1;
     return Status::Ok();
   }
   const int64_t blocks = a.batch * a.kv_heads * (l->group / l->heads_per_block);

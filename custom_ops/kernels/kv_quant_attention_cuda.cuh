@@ -30,7 +30,6 @@ struct Launch {
   int warps = 4;     // ... in blocks of this many warps (4 or 8), over tiles of mma_tile_keys(warps, warp_keys) keys
   int warp_keys = 16;  // ... each warp taking this many keys of a tile (16, or 32 with 4 warps)
   bool keys_on_m = false;  // ... with the keys on the MMA's M side (mma_keys_kernel: groups of at most 8)
-  int head_cluster = 1;  // ... the blocks of an (entry, split)'s kv heads in clusters of this many, in step
   bool programmatic = true;  // tensor-core split and merge as programmatic dependent launches (!options.no_pdl)
   // The tensor-core kernel with one split writes its rows itself and merge_kernel is not launched.
   __host__ __device__ bool mma_writes_rows() const { return mma && splits == 1; }

@@ -65,19 +65,6 @@ __device__ __forceinline__ int64_t opaque(int64_t x) {
   return x;
 }
 
-// A thread-block cluster's split barrier (Hopper): arrive (no memory order: only timing is kept) and wait
-// for the arrivals of every block of the cluster.
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-#endif
-}
-
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool pred) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -203,22 +190,16 @@ struct SplitTiles {
   // The tile the warps compute (step() moves it on): its stage's byte offset and its keys inside the split.
   int read_off = (stages<D>() - 1) * kStageBytes;
   int64_t read_left;
-  // The block is one of a cluster of the same (entry, split)'s kv heads (Launch::head_cluster): each step waits
-  // for the cluster's arrivals at the step before, so no block runs more than a tile ahead of another and the
-  // sectors their int8 scales share are read from DRAM once. Every block of a cluster has the same tiles.
-  bool lockstep;
-  bool arrived = false;  // ... the block has arrived at the cluster's barrier (its wait still to come)
 
   __device__ __forceinline__ SplitTiles(uint8_t* smem_, const QuantAttentionParams& p, const EntryView& e, int hk,
-                                        int64_t s0, int64_t s1, bool lockstep_)
+                                        int64_t s0, int64_t s1)
       : smem(smem_),
         kb(static_cast<const uint8_t*>(p.attn.k) + e.row * p.attn.k_stride[1] + hk * p.attn.k_stride[2] + s0 * p.attn.k_stride[0]),
         vb(static_cast<const uint8_t*>(p.attn.v) + e.row * p.attn.v_stride[1] + hk * p.attn.v_stride[2] + s0 * p.attn.v_stride[0]),
         ksb(p.k_scale + e.row * p.k_scale_stride[1] + hk * p.k_scale_stride[2]),
         vsb(p.v_scale + e.row * p.v_scale_stride[1] + hk * p.v_scale_stride[2]),
         left(s1 - s0),
-        read_left(s1 - s0 + kTileKeys),
-        lockstep(lockstep_) {
+        read_left(s1 - s0 + kTileKeys) {
     const int ch = static_cast<int>(threadIdx.x) % CH, key0 = static_cast<int>(threadIdx.x) / CH;
     kt = kb + key0 * p.attn.k_stride[0] + 16 * ch;
     vt = vb + key0 * p.attn.v_stride[0] + 16 * ch;
@@ -260,17 +241,10 @@ struct SplitTiles {
   // one's stage (an empty group past the split's last tile).
   __device__ __forceinline__ void step() {
     cp_async_wait<stages<D>() - 2>();
-    if (lockstep && arrived) cluster_wait();
     __syncthreads();
-    if (lockstep) cluster_arrive_relaxed(), arrived = true;
     read_off = read_off == (stages<D>() - 1) * kStageBytes ? 0 : read_off + kStageBytes;
     read_left -= kTileKeys;
     load_next();
-  }
-
-  // After the last step: the wait for the cluster's last arrivals (each arrive has its wait).
-  __device__ __forceinline__ void drain() {
-    if (lockstep && arrived) cluster_wait();
   }
 
   // The next tile into its stage, one commit group (empty past the split's last tile).

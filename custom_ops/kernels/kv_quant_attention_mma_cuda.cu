@@ -39,8 +39,7 @@ Status launch(const QuantAttentionParams& p, const Launch& l, float* ws, cudaStr
   const int chunks = (l.group + kMmaHeads - 1) / kMmaHeads;
   const dim3 grid(static_cast<unsigned>(l.splits), static_cast<unsigned>(p.attn.kv_heads * chunks),
                   static_cast<unsigned>(p.attn.batch));
-  return decode_cuda::launch_kernel(l.keys_on_m ? keys_kernel : rows_kernel, grid, 32 * W, smem_bytes<D, W, KPW>(),
-                                    static_cast<unsigned>(l.head_cluster),
+  return decode_cuda::launch_kernel(l.keys_on_m ? keys_kernel : rows_kernel, grid, 32 * W, smem_bytes<D, W, KPW>(), 1,
                                     l.programmatic, stream, p, l, ws);
 }
 

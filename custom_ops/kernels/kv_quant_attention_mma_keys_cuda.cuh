@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
   const int64_t s1 = e.n < s0 + l.keys_per_split ? e.n : s0 + l.keys_per_split;
   const int n_tiles = s1 > s0 ? static_cast<int>((s1 - s0 + kTileKeys - 1) / kTileKeys) : 0;
 
-  SplitTiles<D, W, KPW, kPerToken> tiles(smem, p, e, hk, s0, s1, l.head_cluster > 1);
+  SplitTiles<D, W, KPW, kPerToken> tiles(smem, p, e, hk, s0, s1);
   tiles.prime();
 
   // Q^T as the B operand: query row g (zeros past the group), dims of step ks as mma_split_kernel orders them.
@@ -260,7 +260,6 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
     }
   }
   fold_bias();
-  tiles.drain();
   cp_async_wait<0>();
   __syncthreads();
   decode_cuda::allow_next_grid();

@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
   const int64_t s1 = e.n < s0 + l.keys_per_split ? e.n : s0 + l.keys_per_split;
   const int n_tiles = s1 > s0 ? static_cast<int>((s1 - s0 + kTileKeys - 1) / kTileKeys) : 0;
 
-  SplitTiles<D, W, KPW, kPerToken> tiles(smem, p, e, hk, s0, s1, l.head_cluster > 1);
+  SplitTiles<D, W, KPW, kPerToken> tiles(smem, p, e, hk, s0, s1);
   tiles.prime();
 
   // Q as the A operand (rows g and g + 8 of the chunk, dims in the permuted order above), while the
@@ -206,7 +206,6 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
     }
   }
   fold_bias();
-  tiles.drain();
   cp_async_wait<0>();
   __syncthreads();  // the tiles' space is free for the merge
   decode_cuda::allow_next_grid();  // the merge kernel's blocks may be placed (they wait for this grid)

@@ -148,7 +148,6 @@ struct AttnCase {
   int keys_on_m = 0;   // QuantAttentionParams::keys_on_m (1: mma_keys_kernel forced; -1: mma_split_kernel)
   bool rising = false;  // seq-major only: K grows along the keys (int8: its scales; fp8: its codes' exponents), so
                         // a row's maximum keeps moving past later tiles (the keys kernel's conditional rescale)
-  int head_cluster = 0;  // QuantAttentionParams::head_cluster (> 1: the kv heads' blocks in clusters, in step)
 };
 
 // Whether quant_attention_cuda takes the tensor-core kernel for c (kv_quant_attention_cuda.cuh's
@@ -224,14 +223,13 @@ void test_attention(const AttnCase& c) {
                            (c.splits > 0 ? ".splits" + std::to_string(c.splits) : "") +
                            (c.warps > 0 ? ".w" + std::to_string(c.warps) : "") +
                            (c.warp_keys > 0 ? ".k" + std::to_string(c.warp_keys) : "") + (c.keys_on_m == 1 ? ".keys_on_m" : c.keys_on_m == -1 ? ".heads_on_m" : "") +
-                           (c.rising ? ".rising" : "") + (c.head_cluster > 0 ? ".hc" + std::to_string(c.head_cluster) : "");
+                           (c.rising ? ".rising" : "");
   pvt::DecodeOptions opts;
   opts.splits = c.splits;
   opts.mma_warps = c.warps;
   if (c.splits > 0 || c.warps > 0) a.options = &opts;
   p.warp_keys = c.warp_keys;
   p.keys_on_m = c.keys_on_m;
-  p.head_cluster = c.head_cluster;
   // Host.
   std::vector<uint8_t> hout(B * Hq * D * elem_size(c.t));
   std::vector<float> hlse(B * Hq);
@@ -399,7 +397,6 @@ int g_warp_keys = 0;        // --warp-keys N: ... of warps taking N keys of ever
 int64_t g_batch = 0;        // --batch N: the sweep's and the bench's rows of batch N only
 int g_merge_chunk = 0;      // --merge-chunk N: DecodeOptions::merge_chunk in the sweep and the bench
 int g_keys_on_m = 0;        // --keys-on-m N: QuantAttentionParams::keys_on_m in the sweep and the bench
-int g_head_cluster = 0;     // --head-cluster N: QuantAttentionParams::head_cluster in the sweep and the bench
 int64_t g_min_iters = 8;    // --min-iters N: at least N calls a graph in the sweep and the bench (the graph's
                             // own launch is shared by fewer calls the fewer there are)
 
@@ -450,7 +447,6 @@ void sweep(bool profile) {
         p.attn.options = &opts;
         p.warp_keys = g_warp_keys;
         p.keys_on_m = g_keys_on_m;
-        p.head_cluster = g_head_cluster;
         set_bench_kind(&p, kind, fp8_scale.p, k[0], v[0], ks[0], vs[0]);  // the size asks for valid params
         pvt::DecodeAttentionParams& a = p.attn;
         const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
@@ -549,7 +545,6 @@ void bench() {
           if (g_warps > 0 || g_merge_chunk > 0) p.attn.options = &qopts;
           p.warp_keys = g_warp_keys;
           p.keys_on_m = g_keys_on_m;
-        p.head_cluster = g_head_cluster;
           set_bench_kind(&p, kind, fp8_scale.p, kind == 0 ? k8[0] : ki[0], kind == 0 ? v8[0] : vi[0], ksc[0], vsc[0]);
           const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
           Dev<uint8_t> w(wsq);
@@ -613,17 +608,6 @@ void test_tensor_core_cases(KvQuant kind, std::initializer_list<ScalarType> type
       test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 16, km});
       test_attention({kind, t, 1, 8, 2, 128, 20000, false, kSeqMajor, 1, 4, 32, km});
     }
-    // The kv heads' blocks of an (entry, split) in clusters kept in step (Launch::head_cluster): every cluster size
-    // over GQA 32/8 with varied lengths (a refused entry among them) at the plan's splits, one split and 5; the
-    // rows kernel's two chunks of a group of 20 as one kv head's blocks in a cluster of 2 (and of 4: two heads).
-    for (int km : {-1, 1}) {
-      for (int hc : {2, 4, 8}) {
-        for (int64_t n : {0, 1, 5}) test_attention({kind, t, 5, 32, 8, 128, 3000, true, kSeqMajor, n, 4, 16, km, false, hc});
-        test_attention({kind, t, 3, 16, 8, 64, 65, false, kHeadMajor, 0, 8, 16, km, false, hc});
-        test_attention({kind, t, 2, 64, 8, 128, 1000, false, kSeqMajor, 0, 4, 32, km, true, hc});
-      }
-    }
-    for (int hc : {2, 4}) test_attention({kind, t, 3, 40, 2, 128, 2000, true, kSeqMajor, 0, 4, 16, -1, false, hc});
     // Scores that keep growing along the keys: a row's maximum moves past later tiles of one long split, so O and
     // l are rescaled mid-split (the keys kernel skips that where no score passes the maximum by 2^8).
     for (int km : {-1, 1}) {
@@ -678,16 +662,6 @@ void test_bad_warp_keys() {
             st.to_string());
     bad.params->keys_on_m = 0;
   }
-  // head_cluster other than 0, 1, 2, 4, 8, or not dividing the kv heads' blocks (here 2 kv heads, one chunk):
-  // refused by name.
-  for (const int hc : {3, 16, -1, 4}) {
-    p.head_cluster = hc;
-    const pvt::Status st = pvt::quant_attention_cuda(p, nullptr);
-    r.code(st, pvt::Code::kInvalidArgument, "head_cluster." + std::to_string(hc));
-    r.check(st.to_string().find("head_cluster") != std::string::npos, "head_cluster." + std::to_string(hc) + ".named",
-            st.to_string());
-  }
-  p.head_cluster = 0;
   CK(cudaDeviceSynchronize());
   bool untouched = true;
   for (const __half x : out.get()) untouched = untouched && *reinterpret_cast<const uint16_t*>(&x) == 0x7b7b;
@@ -708,7 +682,7 @@ void test_bad_warp_keys() {
 // of batch N only; --merge-chunk 16|32: the merge's splits a round trip forced in both; --keys-on-m 1|-1: mma_keys_kernel
 // forced on / off in both; --model HQ,HKV,D: the bench's and the sweep's rows of that model only; --min-iters N:
 // at least N calls captured a graph (default 8) in both; --scale-tokens-inner: int8's scales in another order in both
-// (set_bench_kind); --head-cluster N: QuantAttentionParams::head_cluster in both.
+// (set_bench_kind).
 int main(int argc, char** argv) {
   bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false, bad_only = false;
   bool& sweep_auto = g_sweep_auto;
@@ -728,7 +702,6 @@ int main(int argc, char** argv) {
     if (arg == "--min-iters" && i + 1 < argc) g_min_iters = std::max<int64_t>(1, std::atoll(argv[++i]));
     if (arg == "--merge-chunk" && i + 1 < argc) g_merge_chunk = std::atoi(argv[++i]);
     if (arg == "--keys-on-m" && i + 1 < argc) g_keys_on_m = std::atoi(argv[++i]);
-    if (arg == "--head-cluster" && i + 1 < argc) g_head_cluster = std::atoi(argv[++i]);
     if (arg == "--model" && i + 1 < argc) {
       long long hq = 0, hkv = 0, d = 0;
       if (std::sscanf(argv[++i], "%lld,%lld,%lld", &hq, &hkv, &d) != 3 || hkv <= 0 || hq % hkv != 0 || (d != 64 && d != 128)) {
