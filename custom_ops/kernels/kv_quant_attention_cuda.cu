@@ -243,11 +243,11 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
     const int64_t blocks = a.batch * a.kv_heads * ((l->group + quant_cuda::kMmaHeads - 1) / quant_cuda::kMmaHeads);
     const int warps_asked = decode_plan::options_of(a).mma_warps;
     PVT_RETURN_IF_ERROR(quant_plan::check_warp_keys(warps_asked, p.warp_keys));
-    const quant_plan::BlockShape shape =
-        quant_plan::choose_block_shape(p.kind == KvQuant::kInt8, a.head_dim, blocks, sms, warps_asked, p.warp_keys);
-    l->warps = shape.warps, l->warp_keys = shape.warp_keys;
     PVT_RETURN_IF_ERROR(quant_plan::check_keys_on_m(p.keys_on_m, l->group));
     l->keys_on_m = quant_plan::choose_keys_on_m(p.kind == KvQuant::kInt8, l->group, a.head_dim, p.keys_on_m);
+    const quant_plan::BlockShape shape =
+        quant_plan::choose_block_shape(p.kind == KvQuant::kInt8, a.head_dim, l->keys_on_m, warps_asked, p.warp_keys);
+    l->warps = shape.warps, l->warp_keys = shape.warp_keys;
     const int64_t tile = quant_cuda::mma_tile_keys(l->warps, l->warp_keys), tiles = (a.kv_len + tile - 1) / tile;
     // At least kMinKeysPerSplit keys a split unless forced: GQA B = 1 S = 4k took 14.8 us (fp8) with 32
     // splits of 128 keys, what the wave cost alone picks, against 10.8 with 16 (H200, 2026-12-02 sweep).

@@ -41,15 +41,17 @@ Status check_warp_keys(int mma_warps, int warp_keys) {
   return Status::Ok();
 }
 
-// 4 warps. 32 keys a warp (tiles of 128 keys: four independent Q K^T chains a warp, half the barriers and
-// softmax reductions a key; 208-230 registers, 2 blocks an SM) at head_dim 128 for fp8 everywhere, and for
-// int8 where a split's blocks are at most 1/16 of the SMs (one block an SM: GQA B = 1); else 16 keys a warp
-// (166-168 registers, 3 blocks an SM). H200, 2026-12-02, float16 q (docs/QUANTIZED_CACHE.md): fp8 0.4-14%
-// faster with 32 keys on 21 of 24 rows (GQA B = 1 64k: 42.5 against 49.4 us), slower on two (GQA B = 1 4k
-// by 0.2 us, MHA B = 32 64k by 3.7%, a row whose runs spread 4.5%); int8 1.7-13% faster at GQA B = 1 and
-// 2-16% slower at 19 of the other 20 rows (GQA B = 8 32k: 184.6 against 174.1 us; int8's longer chains
-// want the third block an SM). Blocks of 8 warps (16 keys), the rule before for GQA B = 1 from 8k keys,
-// lost to 32-key warps there (fp8 / int8 at 16k: 19.6 / 21.5 against 20.5 / 22.1 us); forced only now.
+// fp8: 4 warps, 32 keys a warp at head_dim 128 (tiles of 128 keys: four independent Q K^T chains a warp, half
+// the barriers and softmax reductions a key; 2 blocks an SM), else 16. H200, 2026-12-02, float16 q
+// (docs/QUANTIZED_CACHE.md): 0.4-14% faster with 32 keys on 21 of 24 rows (GQA B = 1 64k: 42.5 against 49.4
+// us), slower on two (GQA B = 1 4k by 0.2 us, MHA B = 32 64k by 3.7%, a row whose runs spread 4.5%).
+// int8 at head_dim 128, keys on M (groups of at most 8): 8 warps of 16 keys (tiles of 128 keys, one block an
+// SM). H100, 2026-12-07, the loop of the copy cursor (docs/QUANTIZED_CACHE.md): 4-10% faster than 4 warps of
+// 16 keys at B = 8 and 32 on 15 of 16 rows (GQA B = 8 64k 369.4 against 398.3 us; MHA B = 32 64k +0.6%),
+// 1-4.5% at MHA B = 1, and within 0.1 us of 4 warps of 32 at GQA B = 1 4k, 0.5-2 us faster from 16k. (The
+// H200, with the loop before, had 8 warps mixed for int8 at B >= 8, -5% to +9%, and 32 keys a warp faster at
+// GQA B = 1.) int8 at head_dim 64 or with the query heads on M (groups over 8): 4 warps of 16 keys (not
+// measured).
 Status check_keys_on_m(int forced, int64_t group) {
   if (forced < -1 || forced > 1 || (forced == 1 && group > 8)) {
     return Status(Code::kInvalidArgument, "quant_attention_cuda: keys_on_m must be -1, 0 or 1, and 1 only with at most "
@@ -69,11 +71,11 @@ bool choose_keys_on_m(bool int8, int64_t group, int64_t head_dim, int forced) {
   return forced != 0 ? forced == 1 : group <= 8 && (head_dim == 128 || int8);
 }
 
-BlockShape choose_block_shape(bool int8, int64_t head_dim, int64_t blocks, int sms, int forced_warps, int forced_keys) {
+BlockShape choose_block_shape(bool int8, int64_t head_dim, bool keys_on_m, int forced_warps, int forced_keys) {
+  if (forced_warps == 0 && forced_keys == 0 && int8 && head_dim == 128 && keys_on_m) return BlockShape{8, 16};
   const int warps = forced_warps != 0 ? forced_warps : 4;
   if (forced_keys != 0 || warps == 8) return BlockShape{warps, forced_keys != 0 ? forced_keys : 16};
-  const bool one_block_an_sm = blocks * 16 <= sms;
-  return BlockShape{warps, head_dim == 128 && (!int8 || one_block_an_sm) ? 32 : 16};
+  return BlockShape{warps, head_dim == 128 && !int8 ? 32 : 16};
 }
 
 }  // namespace quant_plan

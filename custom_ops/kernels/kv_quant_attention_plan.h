@@ -39,14 +39,14 @@ int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t s
 // with blocks of 4 warps. kInvalidArgument otherwise.
 Status check_warp_keys(int mma_warps, int warp_keys);
 
-// The block's shape: `warps` warps (4, or 8 only where forced: DecodeOptions::mma_warps) of `warp_keys`
-// keys of every tile (16 or 32), for a cache of `int8` codes (else fp8) at head_dim, `blocks` blocks a
-// split, `sms` SMs; forced_warps / forced_keys (0: the rule's) as the options give them, after
-// check_warp_keys has accepted them.
+// The block's shape: `warps` warps (4, or 8 for int8 at head_dim 128 with the keys on M, or where forced:
+// DecodeOptions::mma_warps) of `warp_keys` keys of every tile (16 or 32), for a cache of `int8` codes (else
+// fp8) at head_dim, in the kernel choose_keys_on_m chose; forced_warps / forced_keys (0: the rule's) as the
+// options give them, after check_warp_keys has accepted them.
 struct BlockShape {
   int warps, warp_keys;
 };
-BlockShape choose_block_shape(bool int8, int64_t head_dim, int64_t blocks, int sms, int forced_warps, int forced_keys);
+BlockShape choose_block_shape(bool int8, int64_t head_dim, bool keys_on_m, int forced_warps, int forced_keys);
 
 // Which tensor-core kernel: the keys on the MMA's M side (mma_keys_kernel) for groups of at most 8 query heads
 // a kv head at head_dim 128, and for int8 at 64; else the query heads on M (mma_split_kernel). `forced`

@@ -651,23 +651,24 @@ void test_merge_warp(Report& r) {
 // worked out by hand from the rules' comments (docs/QUANTIZED_CACHE.md's H200 runs).
 void test_quant_plan(Report& r) {
   using namespace pvt::quant_plan;
-  struct Want { const char* name; int int8; int64_t D, blocks; int forced_warps, forced_keys, warps, warp_keys; };
+  struct Want { const char* name; int int8; int64_t D; int keys_on_m, forced_warps, forced_keys, warps, warp_keys; };
   const Want wants[] = {
-      {"fp8_gqa_b1", 0, 128, 8, 0, 0, 4, 32},        // fp8 at head_dim 128: 32 keys a warp everywhere
-      {"fp8_mha_b32", 0, 128, 1024, 0, 0, 4, 32},
-      {"int8_gqa_b1", 1, 128, 8, 0, 0, 4, 32},       // int8: only where one block holds an SM (8 x 16 <= 132)
-      {"int8_mha_b1", 1, 128, 32, 0, 0, 4, 16},      // 32 x 16 > 132
-      {"int8_gqa_b8", 1, 128, 64, 0, 0, 4, 16},
-      {"fp8_d64", 0, 64, 8, 0, 0, 4, 16},            // head_dim 64: not measured, 16 keys as before
-      {"int8_d64_gqa_b1", 1, 64, 8, 0, 0, 4, 16},
-      {"forced_8_warps", 0, 128, 8, 8, 0, 8, 16},    // 8 warps take 16 keys
-      {"forced_16_keys", 0, 128, 8, 0, 16, 4, 16},
-      {"forced_32_keys", 1, 128, 64, 0, 32, 4, 32},
-      {"forced_4_warps_32", 1, 64, 64, 4, 32, 4, 32},
+      {"fp8_d128", 0, 128, 1, 0, 0, 4, 32},             // fp8 at head_dim 128: 4 warps of 32 keys
+      {"fp8_d128_heads_on_m", 0, 128, 0, 0, 0, 4, 32},
+      {"int8_d128", 1, 128, 1, 0, 0, 8, 16},            // int8 at head_dim 128, keys on M: 8 warps of 16 keys
+      {"int8_d128_heads_on_m", 1, 128, 0, 0, 0, 4, 16},  // ... not with the query heads on M (groups over 8)
+      {"fp8_d64", 0, 64, 0, 0, 0, 4, 16},               // head_dim 64: not measured, 4 warps of 16 keys as before
+      {"int8_d64", 1, 64, 1, 0, 0, 4, 16},
+      {"forced_8_warps", 0, 128, 1, 8, 0, 8, 16},       // 8 warps take 16 keys
+      {"forced_16_keys", 0, 128, 1, 0, 16, 4, 16},
+      {"int8_forced_4_warps", 1, 128, 1, 4, 0, 4, 16},  // int8 with 4 warps forced: 16 keys (the rule before at B >= 8)
+      {"int8_forced_16_keys", 1, 128, 1, 0, 16, 4, 16},
+      {"forced_32_keys", 1, 128, 1, 0, 32, 4, 32},
+      {"forced_4_warps_32", 1, 64, 1, 4, 32, 4, 32},
   };
   for (const Want& w : wants) {
     const std::string n = std::string("quant_plan.") + w.name;
-    const BlockShape s = choose_block_shape(w.int8 != 0, w.D, w.blocks, 132, w.forced_warps, w.forced_keys);
+    const BlockShape s = choose_block_shape(w.int8 != 0, w.D, w.keys_on_m != 0, w.forced_warps, w.forced_keys);
     r.eq(s.warps, w.warps, n + ".warps");
     r.eq(s.warp_keys, w.warp_keys, n + ".warp_keys");
   }
