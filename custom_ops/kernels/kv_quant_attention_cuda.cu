@@ -249,12 +249,13 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
         quant_plan::choose_block_shape(p.kind == KvQuant::kInt8, a.head_dim, l->keys_on_m, warps_asked, p.warp_keys);
     l->warps = shape.warps, l->warp_keys = shape.warp_keys;
     const int64_t tile = quant_cuda::mma_tile_keys(l->warps, l->warp_keys), tiles = (a.kv_len + tile - 1) / tile;
-    // At least kMinKeysPerSplit keys a split unless forced: GQA B = 1 S = 4k took 14.8 us (fp8) with 32
-    // splits of 128 keys, what the wave cost alone picks, against 10.8 with 16 (H200, 2026-12-02 sweep).
+    // At least kMinKeysPerSplit keys and kMinTilesPerSplit tiles a split unless forced (most_mma_splits): GQA B = 1
+    // S = 4k took 14.8 us (fp8) with 32 splits of 128 keys, what the wave cost alone picks, against 10.8 with 16
+    // (H200, 2026-12-02 sweep).
     const int64_t resident = quant_cuda::quant_mma_resident(p, l->warps, l->warp_keys, l->keys_on_m);
     const int64_t splits =
         forced > 0 ? std::min<int64_t>({forced, tiles, kMaxSplits})
-                   : quant_plan::choose_mma_splits(blocks, tiles, std::max<int64_t>(1, a.kv_len / kMinKeysPerSplit),
+                   : quant_plan::choose_mma_splits(blocks, tiles, quant_plan::most_mma_splits(a.kv_len, tile),
                                                    resident * sms);
     l->keys_per_split = (tiles + splits - 1) / splits * tile;
     l->splits = static_cast<int>((a.kv_len + l->keys_per_split - 1) / l->keys_per_split);

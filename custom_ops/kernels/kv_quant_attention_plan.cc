@@ -27,6 +27,10 @@ int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t s
   return best;
 }
 
+int64_t most_mma_splits(int64_t kv_len, int64_t tile_keys) {
+  return std::max<int64_t>(1, kv_len / std::max<int64_t>(kMinKeysPerSplit, kMinTilesPerSplit * tile_keys));
+}
+
 int merge_chunk_of(int64_t splits, int forced) {
   using decode_plan::kMergeChunk;
   return forced != 0 ? forced : splits > kMergeChunk ? decode_plan::kMergeChunkWide : kMergeChunk;

@@ -28,6 +28,14 @@ constexpr int64_t kMergeKernelTiles = 2;
 // (DecodeOptions::merge_chunk, checked by decode_plan::check_options): that chunk.
 int merge_chunk_of(int64_t splits, int forced);
 
+// The most splits the plan takes for `kv_len` keys in tiles of `tile_keys`: kMinKeysPerSplit keys a split and at
+// least kMinTilesPerSplit tiles. With 128-key tiles and two a split the calls of few blocks were slower than with
+// four: GQA B = 1 S = 4k (8 blocks a split), 16 splits of 2 tiles 11.4 us (int8, 8 warps) and 9.3 (fp8, 4 warps of
+// 32 keys) against 8 splits of 4 tiles 10.0 and 8.8 (H100, 2026-12-07 sweep, docs/QUANTIZED_CACHE.md); from 16k
+// keys the bound is above every count the plan takes.
+constexpr int64_t kMinTilesPerSplit = 3;
+int64_t most_mma_splits(int64_t kv_len, int64_t tile_keys);
+
 // The fewest splits that minimise waves x (tiles a split + kBlockCostTiles), plus, with more than one
 // split, the merge kernel and its L2 round trips (merge_chunk_of splits each), for `blocks` blocks a split
 // over `tiles` tiles of keys, `slots` blocks resident at once, at most `most` splits (and kMaxSplits, and

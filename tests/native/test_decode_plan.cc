@@ -677,6 +677,12 @@ void test_quant_plan(Report& r) {
   r.eq(choose_mma_splits(256, 512, 128, 3 * 132), int64_t{3}, "quant_plan.splits.gqa_b32_32k");  // 768 blocks, 2 waves
   r.eq(choose_mma_splits(64, 512, 128, 3 * 132), int64_t{6}, "quant_plan.splits.gqa_b8_32k");    // 384: one wave
   r.eq(choose_mma_splits(8, 32, 16, 2 * 132), int64_t{16}, "quant_plan.splits.gqa_b1_4k_k32");  // 2 tiles of 128 each
+  // The bound: 256 keys a split and 3 tiles (128-key tiles: 384 keys; 64-key tiles: 256).
+  r.eq(most_mma_splits(4096, 128), int64_t{10}, "quant_plan.most.4k_tiles128");
+  r.eq(most_mma_splits(4096, 64), int64_t{16}, "quant_plan.most.4k_tiles64");
+  r.eq(most_mma_splits(16384, 128), int64_t{42}, "quant_plan.most.16k_tiles128");
+  r.eq(most_mma_splits(300, 128), int64_t{1}, "quant_plan.most.short");
+  r.eq(choose_mma_splits(8, 32, most_mma_splits(4096, 128), 132), int64_t{8}, "quant_plan.splits.gqa_b1_4k_w8");  // 4 tiles each
   r.eq(choose_mma_splits(8, 5, 16, 2 * 132), int64_t{5}, "quant_plan.splits.one_tile_each");
   // One split needs no merge kernel (kMergeKernelTiles = 2): 6 tiles in one wave, 1 split 6 + 2 = 8 against
   // 2 splits' 3 + 2 + 1 + 2 = 8, a tie the fewer splits take.
