@@ -220,6 +220,10 @@ struct SplitTiles {
     }
   }
 
+  // The byte offset of the stage after the one at `off` (the last one's next is the first).
+  __device__ __forceinline__ static int next_stage(int off) {
+    return off == (stages<D>() - 1) * kStageBytes ? 0 : off + kStageBytes;
+  }
   // The computed tile's K and V codes and (int8) scales.
   __device__ __forceinline__ const uint8_t* k() const { return smem + read_off; }
   __device__ __forceinline__ const uint8_t* v() const { return k() + kTileKeys * D; }
@@ -242,7 +246,7 @@ struct SplitTiles {
   __device__ __forceinline__ void step() {
     cp_async_wait<stages<D>() - 2>();
     __syncthreads();
-    read_off = read_off == (stages<D>() - 1) * kStageBytes ? 0 : read_off + kStageBytes;
+    read_off = next_stage(read_off);
     read_left -= kTileKeys;
     load_next();
   }
@@ -278,7 +282,7 @@ struct SplitTiles {
         }
       }
       left -= kTileKeys;
-      stage_off = stage_off == (stages<D>() - 1) * kStageBytes ? 0 : stage_off + kStageBytes;
+      stage_off = next_stage(stage_off);
     }
     cp_async_commit();
   }
@@ -301,28 +305,23 @@ struct VStepCodes {
   }
   __device__ __forceinline__ VStepCodes(const uint8_t* tile_v_step, int2 off) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const uint8_t* at = tile_v_step + ((r & 1) ? off.y : off.x) + 8 * D * (r >> 1);
-      if constexpr (VB == 16) {
-        const uint4 x = *reinterpret_cast<const uint4*>(at);
-        w[r][0] = x.x, w[r][1] = x.y, w[r][2] = x.z, w[r][3] = x.w;
-      } else {
-        const uint2 x = *reinterpret_cast<const uint2*>(at);
-        w[r][0] = x.x, w[r][1] = x.y;
-      }
-    }
+    for (int r = 0; r < 4; ++r) load(r, tile_v_step + ((r & 1) ? off.y : off.x) + 8 * D * (r >> 1));
   }
   __device__ __forceinline__ VStepCodes(const uint8_t* tile_v, int key0, int g, int t) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int key = key0 + 2 * t + (r & 1) + 8 * (r >> 1);
-      if constexpr (VB == 16) {
-        const uint4 x = *reinterpret_cast<const uint4*>(tile_v + chunk_at<D>(key, g));
-        w[r][0] = x.x, w[r][1] = x.y, w[r][2] = x.z, w[r][3] = x.w;
-      } else {
-        const uint2 x = *reinterpret_cast<const uint2*>(tile_v + chunk_at<D>(key, g >> 1) + 8 * (g & 1));
-        w[r][0] = x.x, w[r][1] = x.y;
-      }
+      load(r, VB == 16 ? tile_v + chunk_at<D>(key, g) : tile_v + chunk_at<D>(key, g >> 1) + 8 * (g & 1));
+    }
+  }
+  // Key r's VB codes (of the four above) from `at`.
+  __device__ __forceinline__ void load(int r, const uint8_t* at) {
+    if constexpr (VB == 16) {
+      const uint4 x = *reinterpret_cast<const uint4*>(at);
+      w[r][0] = x.x, w[r][1] = x.y, w[r][2] = x.z, w[r][3] = x.w;
+    } else {
+      const uint2 x = *reinterpret_cast<const uint2*>(at);
+      w[r][0] = x.x, w[r][1] = x.y;
     }
   }
   __device__ __forceinline__ uint32_t lo01(int j) const { return __byte_perm(w[0][j], w[1][j], 0x5140); }

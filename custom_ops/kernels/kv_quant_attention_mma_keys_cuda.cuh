@@ -44,7 +44,7 @@ constexpr float kLazyLog2 = 8.f;
 
 template <typename T, KvQuant kKind, int D, int W, int KPW>
 __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_kernel(const QuantAttentionParams p, const Launch l, float* ws) {
-  constexpr int KS = D / 16, MT = D / 16, VB = D / 8, STAGES = stages<D>();
+  constexpr int KS = D / 16, MT = D / 16, VB = D / 8;
   constexpr int kWarps = W, kTileKeys = mma_tile_keys(W, KPW);
   constexpr int MK = KPW / 16;  // a warp's m16 tiles of keys (and k16 steps of P V)
   constexpr bool kPerToken = kKind == KvQuant::kInt8;
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
   const int2 v_off = VStepCodes<D>::lane_offsets(kw, g, t);
   const int s_off = opaque(kw + g);
   for (int i = 0; i < n_tiles; ++i) {
-    tiles.step();  // tile i has landed for every thread; tile i + STAGES - 1 is on its way
+    tiles.step();  // tile i has landed for every thread; tile i + stages<D>() - 1 is on its way
     const int visible = tiles.visible(kw);
     if (visible == 0) continue;
 

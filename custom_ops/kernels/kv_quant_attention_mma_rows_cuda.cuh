@@ -35,7 +35,7 @@ using decode_cuda::rescale_rows;
 
 template <typename T, KvQuant kKind, int D, int W, int KPW>
 __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionParams p, const Launch l, float* ws) {
-  constexpr int KS = D / 16, NT = D / 8, VB = D / 8, STAGES = stages<D>();
+  constexpr int KS = D / 16, NT = D / 8, VB = D / 8;
   constexpr int kWarps = W, kTileKeys = mma_tile_keys(W, KPW);
   constexpr int NK = KPW / 8, KK = KPW / 16;  // a warp's n8 tiles of scores, and its k16 steps of P V
   constexpr bool kPerToken = kKind == KvQuant::kInt8;
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
 
   const int kw = warp * KPW;  // the warp's first key in every tile
   for (int i = 0; i < n_tiles; ++i) {
-    tiles.step();  // tile i has landed for every thread; tile i + STAGES - 1 is on its way
+    tiles.step();  // tile i has landed for every thread; tile i + stages<D>() - 1 is on its way
     const int visible = tiles.visible(kw);
     if (visible == 0) continue;  // warp-uniform (only a split's last tile)
 
