@@ -31,6 +31,7 @@ struct Launch {
   int warp_keys = 16;  // ... each warp taking this many keys of a tile (16, or 32 with 4 warps)
   bool keys_on_m = false;  // ... with the keys on the MMA's M side (mma_keys_kernel: groups of at most 8)
   bool programmatic = true;  // tensor-core split and merge as programmatic dependent launches (!options.no_pdl)
+  int prefetch_tiles = 0;    // ... each block's first tiles asked of L2 before it waits (choose_prefetch_tiles)
   // The tensor-core kernel with one split writes its rows itself and merge_kernel is not launched.
   __host__ __device__ bool mma_writes_rows() const { return mma && splits == 1; }
 };

@@ -45,7 +45,10 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
   extern __shared__ __align__(16) uint8_t smem[];
 
   // Launched programmatically: nothing global is read before the kernel ahead (the append of this
-  // step's K/V, the last call's merge reading the workspace) has finished.
+  // step's K/V, the last call's merge reading the workspace) has finished; only L2 is asked for the split's
+  // first tiles meanwhile (prefetch_split_start).
+  prefetch_split_start<D, W, KPW, kPerToken>(p, l, blockIdx.z, static_cast<int>(blockIdx.y) / ((l.group + kMmaHeads - 1) / kMmaHeads),
+                                             static_cast<int>(blockIdx.x));
   decode_cuda::wait_for_previous_grid();
   const DecodeAttentionParams& a = p.attn;
   const int64_t b = blockIdx.z;

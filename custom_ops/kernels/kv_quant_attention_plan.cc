@@ -31,6 +31,14 @@ int64_t most_mma_splits(int64_t kv_len, int64_t tile_keys) {
   return std::max<int64_t>(1, kv_len / std::max<int64_t>(kMinKeysPerSplit, kMinTilesPerSplit * tile_keys));
 }
 
+int choose_prefetch_tiles(bool host_range, bool programmatic, int forced, int64_t tiles, int64_t first_wave,
+                          int64_t tile_bytes, int64_t l2_bytes) {
+  if (!host_range || !programmatic || forced < 0 || tiles < 1) return 0;
+  if (forced > 0) return static_cast<int>(std::min<int64_t>(forced, tiles));
+  const int64_t fit = l2_bytes / 4 / std::max<int64_t>(1, first_wave * tile_bytes);
+  return static_cast<int>(std::min<int64_t>({kPrefetchTiles, tiles, fit}));
+}
+
 int merge_chunk_of(int64_t splits, int forced) {
   using decode_plan::kMergeChunk;
   return forced != 0 ? forced : splits > kMergeChunk ? decode_plan::kMergeChunkWide : kMergeChunk;

@@ -42,6 +42,18 @@ int64_t most_mma_splits(int64_t kv_len, int64_t tile_keys);
 // one tile a split).
 int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t slots);
 
+// Tiles of its split's start a block asks L2 for before it waits for the kernel ahead (a programmatic launch:
+// its blocks are placed while that kernel ends, the last call's merge or this step's append, and HBM would idle
+// meanwhile; an L2 prefetch reads nothing into the block, so whatever that kernel still writes is read after the
+// wait as always). Only where the keys' range is known on the host (`host_range`: no cache_seqlens,
+// kv_batch_index, kv_mapped or cu_seqlens_q, which the kernel ahead may write and which bound what is mapped)
+// and the launch is programmatic; kPrefetchTiles a block, at most a split's `tiles`, and no more than a quarter
+// of `l2_bytes` over the blocks of the first wave (`first_wave` blocks of `tile_bytes` tiles). `forced`
+// (QuantAttentionParams::prefetch_tiles): -1 none, N > 0 that many (still only where host_range), 0 the rule.
+constexpr int64_t kPrefetchTiles = 4;
+int choose_prefetch_tiles(bool host_range, bool programmatic, int forced, int64_t tiles, int64_t first_wave,
+                          int64_t tile_bytes, int64_t l2_bytes);
+
 // The forced block shape is one the kernel has: mma_warps (DecodeOptions) 0, 4 or 8 is checked by the
 // float16 planner's check_options; warp_keys (QuantAttentionParams) must be 0, 16 or 32, and 32 only
 // with blocks of 4 warps. kInvalidArgument otherwise.

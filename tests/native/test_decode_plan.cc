@@ -688,6 +688,20 @@ void test_quant_plan(Report& r) {
   // 2 splits' 3 + 2 + 1 + 2 = 8, a tie the fewer splits take.
   r.eq(choose_mma_splits(100, 6, 16, 2 * 132), int64_t{1}, "quant_plan.splits.one_split_no_merge");
   r.eq(choose_mma_splits(100, 8, 16, 2 * 132), int64_t{2}, "quant_plan.splits.two_splits_still_pay");
+  // L2 prefetch before the wait: 4 tiles where the range is host-known and the launch programmatic; at most a
+  // split's tiles; the first wave's tiles within a quarter of L2 (50 MiB: 12.5 MiB; 32 KiB tiles x 4 x 96 blocks =
+  // 12 MiB fits; x 264 blocks: 1 tile (8.25 MiB), x 528: none); forced counts kept but for a device-held range.
+  constexpr int64_t kL2 = 50 << 20, kTile = 32 << 10;
+  r.eq(choose_prefetch_tiles(true, true, 0, 11, 96, kTile, kL2), 4, "quant_plan.prefetch.gqa_b1");
+  r.eq(choose_prefetch_tiles(true, true, 0, 2, 96, kTile, kL2), 2, "quant_plan.prefetch.split_of_2");
+  r.eq(choose_prefetch_tiles(true, true, 0, 64, 264, kTile, kL2), 1, "quant_plan.prefetch.l2_bound");
+  r.eq(choose_prefetch_tiles(true, true, 0, 64, 528, kTile, kL2), 0, "quant_plan.prefetch.l2_none");
+  r.eq(choose_prefetch_tiles(false, true, 0, 11, 96, kTile, kL2), 0, "quant_plan.prefetch.device_lengths");
+  r.eq(choose_prefetch_tiles(false, true, 8, 11, 96, kTile, kL2), 0, "quant_plan.prefetch.device_lengths_forced");
+  r.eq(choose_prefetch_tiles(true, false, 0, 11, 96, kTile, kL2), 0, "quant_plan.prefetch.no_pdl");
+  r.eq(choose_prefetch_tiles(true, true, -1, 11, 96, kTile, kL2), 0, "quant_plan.prefetch.forced_none");
+  r.eq(choose_prefetch_tiles(true, true, 8, 11, 528, kTile, kL2), 8, "quant_plan.prefetch.forced");
+  r.eq(choose_prefetch_tiles(true, true, 16, 11, 96, kTile, kL2), 11, "quant_plan.prefetch.forced_split_bound");
   r.code(check_warp_keys(0, 0), Code::kOk, "quant_plan.warp_keys.plan");
   r.code(check_warp_keys(0, 32), Code::kOk, "quant_plan.warp_keys.32_plan_warps");
   r.code(check_warp_keys(4, 32), Code::kOk, "quant_plan.warp_keys.32_4_warps");

@@ -397,6 +397,7 @@ int g_warp_keys = 0;        // --warp-keys N: ... of warps taking N keys of ever
 int64_t g_batch = 0;        // --batch N: the sweep's and the bench's rows of batch N only
 int g_merge_chunk = 0;      // --merge-chunk N: DecodeOptions::merge_chunk in the sweep and the bench
 int g_keys_on_m = 0;        // --keys-on-m N: QuantAttentionParams::keys_on_m in the sweep and the bench
+int g_prefetch = 0;         // --prefetch N: QuantAttentionParams::prefetch_tiles in the sweep and the bench
 int64_t g_min_iters = 8;    // --min-iters N: at least N calls a graph in the sweep and the bench (the graph's
                             // own launch is shared by fewer calls the fewer there are)
 
@@ -447,6 +448,7 @@ void sweep(bool profile) {
         p.attn.options = &opts;
         p.warp_keys = g_warp_keys;
         p.keys_on_m = g_keys_on_m;
+        p.prefetch_tiles = g_prefetch;
         set_bench_kind(&p, kind, fp8_scale.p, k[0], v[0], ks[0], vs[0]);  // the size asks for valid params
         pvt::DecodeAttentionParams& a = p.attn;
         const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
@@ -545,6 +547,7 @@ void bench() {
           if (g_warps > 0 || g_merge_chunk > 0) p.attn.options = &qopts;
           p.warp_keys = g_warp_keys;
           p.keys_on_m = g_keys_on_m;
+          p.prefetch_tiles = g_prefetch;
           set_bench_kind(&p, kind, fp8_scale.p, kind == 0 ? k8[0] : ki[0], kind == 0 ? v8[0] : vi[0], ksc[0], vsc[0]);
           const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
           Dev<uint8_t> w(wsq);
@@ -681,7 +684,8 @@ void test_bad_warp_keys() {
 // --warp-keys 16|32: ... to warps of that many keys of every tile; --batch N: the sweep's and the bench's rows
 // of batch N only; --merge-chunk 16|32: the merge's splits a round trip forced in both; --keys-on-m 1|-1: mma_keys_kernel
 // forced on / off in both; --model HQ,HKV,D: the bench's and the sweep's rows of that model only; --min-iters N:
-// at least N calls captured a graph (default 8) in both; --scale-tokens-inner: int8's scales in another order in both
+// at least N calls captured a graph (default 8) in both; --prefetch N: QuantAttentionParams::prefetch_tiles (-1 none,
+// N forced) in both; --scale-tokens-inner: int8's scales in another order in both
 // (set_bench_kind).
 int main(int argc, char** argv) {
   bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false, bad_only = false;
@@ -702,6 +706,7 @@ int main(int argc, char** argv) {
     if (arg == "--min-iters" && i + 1 < argc) g_min_iters = std::max<int64_t>(1, std::atoll(argv[++i]));
     if (arg == "--merge-chunk" && i + 1 < argc) g_merge_chunk = std::atoi(argv[++i]);
     if (arg == "--keys-on-m" && i + 1 < argc) g_keys_on_m = std::atoi(argv[++i]);
+    if (arg == "--prefetch" && i + 1 < argc) g_prefetch = std::atoi(argv[++i]);
     if (arg == "--model" && i + 1 < argc) {
       long long hq = 0, hkv = 0, d = 0;
       if (std::sscanf(argv[++i], "%lld,%lld,%lld", &hq, &hkv, &d) != 3 || hkv <= 0 || hq % hkv != 0 || (d != 64 && d != 128)) {
