@@ -68,6 +68,10 @@ struct DecodeOptions {
   // 0: the plan's choice of float merge kernel (merge_splits_wide_kernel past kMergeChunk splits); 1: that kernel
   // wherever the merge kernel runs; -1: never (merge_splits_kernel, a thread an element).
   int merge_wide = 0;
+  // Tensor-core kernels (float16 / bfloat16 key-slice, 8-bit): tiles of its split's start each block asks L2 for
+  // before it waits for the kernel ahead (choose_prefetch_tiles, decode_attention_plan.h). 0: the plan's; -1:
+  // none; N > 0: N (still none where the device holds the lengths).
+  int prefetch_tiles = 0;
 };
 
 // What split_keys must be a multiple of: every kernel's unit of keys (a tensor-core tile is at most 128).

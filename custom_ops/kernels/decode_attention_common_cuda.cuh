@@ -108,6 +108,25 @@ struct Workspace {
   int32_t* balance_chunk = nullptr;  // balanced splits: the split size the blocks chose, in kSplitKeysUnit keys
 };
 
+__device__ __forceinline__ void prefetch_l2(const void* at) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
+#endif
+}
+
+// Rows 0 .. n - 1 of ROW_BYTES bytes each from `base`, `stride` bytes apart, asked of L2 by the block's NTHR
+// threads a 128-byte line at a time: what a tensor-core block does with its split's first tiles before it waits
+// for the kernel ahead (choose_prefetch_tiles, decode_attention_plan.h, which allows it only where the keys'
+// range is known on the host). A prefetch reads nothing into the block: it fills L2 lines, which the kernel
+// ahead's writes keep coherent, and the tiles are loaded after the wait as before.
+template <int NTHR, int ROW_BYTES>
+__device__ __forceinline__ void prefetch_rows_l2(const uint8_t* base, int64_t stride, int n) {
+  constexpr int kLines = (ROW_BYTES + 127) / 128;
+  for (int i = static_cast<int>(threadIdx.x); i < n * kLines; i += NTHR) {
+    prefetch_l2(base + (kLines == 1 ? i : i / kLines) * stride + 128 * (kLines == 1 ? 0 : i % kLines));
+  }
+}
+
 // What one entry b sees, from the optional variable-length arrays (decode_attention.h).
 struct Entry {
   int64_t q_begin = 0;  // first packed query row (cu_seqlens_q) or b * Tq
@@ -155,6 +174,9 @@ struct SplitCount {
   // the lengths are even (balance_skewed), with its division (mul, shift as above).
   int32_t plain_n = 0;
   uint32_t plain_mul = 0, plain_shift = 0;
+  // > 0 (the key-slice tensor-core kernel, plain grids): tiles of its split's start each block asks L2 for before
+  // it waits for the kernel ahead (choose_prefetch_tiles: set only where the keys' range is known on the host).
+  int32_t prefetch_tiles = 0;
   SplitCount() = default;
   explicit SplitCount(int64_t count, int64_t fixed = 0) : n(count), fixed_keys(fixed) {
     if (count > 1) {

@@ -370,6 +370,19 @@ __global__ void __launch_bounds__(WARPS * 32)
   int64_t b = bi, hk = eh - bi * kvh;
   int64_t split = blockIdx.y, n_splits = splits.n, s_lo = 0, s_hi = 0;  // s_lo, s_hi: whole tiles of its keys
 
+  if constexpr (!BALANCED) {  // where the plan allows it (host-known keys: kv_len of row b), before the wait
+    if (splits.prefetch_tiles > 0) {
+      int64_t lo, hi;
+      split_range<kMmaKeys, uint32_t>(p.kv_len, split, splits, &lo, &hi);
+      const int64_t want = static_cast<int64_t>(splits.prefetch_tiles) * kMmaKeys;
+      const int n = static_cast<int>(hi - lo < want ? hi - lo : want);
+      const int64_t ks = p.k_stride[0] * sizeof(T), vs = p.v_stride[0] * sizeof(T);
+      prefetch_rows_l2<NTHR, D * sizeof(T)>(
+          reinterpret_cast<const uint8_t*>(static_cast<const T*>(p.k) + b * p.k_stride[1] + hk * p.k_stride[2]) + lo * ks, ks, n);
+      prefetch_rows_l2<NTHR, D * sizeof(T)>(
+          reinterpret_cast<const uint8_t*>(static_cast<const T*>(p.v) + b * p.v_stride[1] + hk * p.v_stride[2]) + lo * vs, vs, n);
+    }
+  }
   wait_for_previous_grid();
   [[maybe_unused]] bool plain_block = false;  // a balanced grid's block that took the plain grid's (the rule)
   if constexpr (BALANCED) {  // the block's work from the lengths (shared memory free until the tiles load)

@@ -372,12 +372,24 @@ const DecodeOptions& options_of(const DecodeAttentionParams& p) {
   return p.options != nullptr ? *p.options : defaults;
 }
 
+int choose_prefetch_tiles(bool host_range, bool programmatic, int forced, int64_t tiles, int64_t first_wave,
+                          int64_t tile_bytes, int64_t l2_bytes) {
+  if (!host_range || !programmatic || forced < 0 || tiles < 1) return 0;
+  if (forced > 0) return static_cast<int>(std::min<int64_t>(forced, tiles));
+  const int64_t fit = l2_bytes / 4 / std::max<int64_t>(1, first_wave * tile_bytes);
+  return static_cast<int>(std::min<int64_t>({kPrefetchTiles, tiles, fit}));
+}
+
 Status check_options(const DecodeOptions& o) {
   if (o.split_keys < 0 || o.split_keys % kSplitKeysUnit != 0 || (o.split_keys > 0 && o.splits > 0)) {
     return Status(Code::kInvalidArgument,
                   "decode_attention_cuda: options.split_keys must be 0 or a positive multiple of " +
                       std::to_string(kSplitKeysUnit) + " and cannot be combined with splits; got split_keys " +
                       std::to_string(o.split_keys) + ", splits " + std::to_string(o.splits));
+  }
+  if (o.prefetch_tiles < -1) {
+    return Status(Code::kInvalidArgument, "decode_attention_cuda: options.prefetch_tiles must be -1 (none), 0 (the "
+                                          "plan's) or a number of tiles; got " + std::to_string(o.prefetch_tiles));
   }
   if (o.balance < -1 || o.balance_blocks_per_sm < 0) {
     return Status(Code::kInvalidArgument,

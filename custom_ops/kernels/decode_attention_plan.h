@@ -201,6 +201,18 @@ bool merge_warp_of(const DecodeAttentionParams& p, const Plan& plan);
 // The options a call runs with: p.options, or the defaults.
 const DecodeOptions& options_of(const DecodeAttentionParams& p);
 
+// Tiles of its split's start a block asks L2 for before it waits for the kernel ahead (a programmatic launch:
+// its blocks are placed while that kernel ends, the last call's merge or this step's append, and HBM would idle
+// meanwhile; an L2 prefetch reads nothing into the block, so whatever that kernel still writes is read after the
+// wait as always). Only where the keys' range is known on the host (`host_range`: no cache_seqlens,
+// kv_batch_index, kv_mapped or cu_seqlens_q, which the kernel ahead may write and which bound what is mapped)
+// and the launch is programmatic; kPrefetchTiles a block, at most a split's `tiles`, and no more than a quarter
+// of `l2_bytes` over the blocks of the first wave (`first_wave` blocks of `tile_bytes` tiles). `forced`
+// (DecodeOptions::prefetch_tiles): -1 none, N > 0 that many (still only where host_range), 0 the rule.
+constexpr int64_t kPrefetchTiles = 4;
+int choose_prefetch_tiles(bool host_range, bool programmatic, int forced, int64_t tiles, int64_t first_wave,
+                          int64_t tile_bytes, int64_t l2_bytes);
+
 // Options out of range (negative splits, warps other than 0, 4 or 8, blocks an SM below 1, split_keys
 // negative, not a multiple of kSplitKeysUnit or given with splits): kInvalidArgument.
 Status check_options(const DecodeOptions& o);

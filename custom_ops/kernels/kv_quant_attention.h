@@ -33,10 +33,6 @@ struct QuantAttentionParams {
   // CUDA, tensor cores: the keys on the MMA's M side and the query heads on N (mma_keys_kernel, groups of
   // at most 8 query heads a kv head). 0: the plan's choice; 1 forced; -1 never. A benchmark knob.
   int keys_on_m = 0;
-  // CUDA, tensor cores: tiles of its split's start each block asks L2 for before it waits for the kernel ahead
-  // (a programmatic launch; kv_quant_attention_plan.h, choose_prefetch_tiles). 0: the plan's choice; -1 none;
-  // N > 0 forced (still none where the device holds the lengths). A benchmark knob.
-  int prefetch_tiles = 0;
 };
 
 // decode_attention's own check of attn, plus the kind and the scale pointers.

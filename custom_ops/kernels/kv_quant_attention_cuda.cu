@@ -263,7 +263,8 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
     PVT_CU_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
     const bool host_range = !a.cache_seqlens && !a.kv_batch_index && !a.kv_mapped && !a.cu_seqlens_q;
     const int64_t tile_bytes = tile * (2 * a.head_dim + (p.kind == KvQuant::kInt8 ? 8 : 0));
-    l->prefetch_tiles = quant_plan::choose_prefetch_tiles(host_range, l->programmatic, p.prefetch_tiles,
+    l->prefetch_tiles = decode_plan::choose_prefetch_tiles(host_range, l->programmatic,
+                                                           decode_plan::options_of(a).prefetch_tiles,
                                                           l->keys_per_split / tile,
                                                           std::min<int64_t>(blocks * l->splits, resident * sms),
                                                           tile_bytes, l2);

@@ -149,22 +149,14 @@ __device__ __forceinline__ void grow_v_scale(float vmax, float& U, float& inv_u,
   }
 }
 
-__device__ __forceinline__ void prefetch_l2(const void* at) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
-#endif
-}
-
 // Called before wait_for_previous_grid: the first l.prefetch_tiles tiles of split `split` of (entry b, kv head
-// hk), codes and int8's scales, asked of L2, so that HBM works while the kernel ahead ends. Launch::prefetch_tiles
-// is 0 unless the keys' range is known on the host (choose_prefetch_tiles: no lengths, slots or packed queries on
-// the device), so b is the cache row and keys below attn.kv_len exist. Nothing global is read into the block: a
-// prefetch fills L2 lines, which the kernel ahead's writes keep coherent, and the tiles are loaded after the wait.
+// hk), codes and int8's scales, asked of L2 (prefetch_rows_l2), so that HBM works while the kernel ahead ends.
+// Launch::prefetch_tiles is 0 unless the keys' range is known on the host (choose_prefetch_tiles), so b is the
+// cache row and keys below attn.kv_len exist.
 template <int D, int W, int KPW, bool kPerToken>
 __device__ __forceinline__ void prefetch_split_start(const QuantAttentionParams& p, const Launch& l, int64_t b, int hk,
                                                      int split) {
   if (l.prefetch_tiles <= 0) return;
-  constexpr int kThreads = 32 * W, kLines = (D + 127) / 128;  // 128-byte lines a key's head row spans
   const DecodeAttentionParams& a = p.attn;
   const int64_t s0 = split * l.keys_per_split;
   const int64_t want = static_cast<int64_t>(l.prefetch_tiles) * mma_tile_keys(W, KPW);
@@ -172,18 +164,14 @@ __device__ __forceinline__ void prefetch_split_start(const QuantAttentionParams&
   const int n = end > s0 ? static_cast<int>(end - s0) : 0;
   const uint8_t* k = static_cast<const uint8_t*>(a.k) + b * a.k_stride[1] + hk * a.k_stride[2] + s0 * a.k_stride[0];
   const uint8_t* v = static_cast<const uint8_t*>(a.v) + b * a.v_stride[1] + hk * a.v_stride[2] + s0 * a.v_stride[0];
-  for (int i = threadIdx.x; i < n * kLines; i += kThreads) {
-    const int key = i / kLines, line = i % kLines;
-    prefetch_l2(k + key * a.k_stride[0] + 128 * line);
-    prefetch_l2(v + key * a.v_stride[0] + 128 * line);
-  }
+  decode_cuda::prefetch_rows_l2<32 * W, D>(k, a.k_stride[0], n);
+  decode_cuda::prefetch_rows_l2<32 * W, D>(v, a.v_stride[0], n);
   if constexpr (kPerToken) {
-    const float* ks = p.k_scale + b * p.k_scale_stride[1] + hk * p.k_scale_stride[2] + s0 * p.k_scale_stride[0];
-    const float* vs = p.v_scale + b * p.v_scale_stride[1] + hk * p.v_scale_stride[2] + s0 * p.v_scale_stride[0];
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      prefetch_l2(ks + i * p.k_scale_stride[0]);
-      prefetch_l2(vs + i * p.v_scale_stride[0]);
-    }
+    auto at = [&](const float* s, const int64_t (&st)[3]) {
+      return reinterpret_cast<const uint8_t*>(s + b * st[1] + hk * st[2] + s0 * st[0]);
+    };
+    decode_cuda::prefetch_rows_l2<32 * W, 4>(at(p.k_scale, p.k_scale_stride), 4 * p.k_scale_stride[0], n);
+    decode_cuda::prefetch_rows_l2<32 * W, 4>(at(p.v_scale, p.v_scale_stride), 4 * p.v_scale_stride[0], n);
   }
 }
 

@@ -16,6 +16,7 @@ namespace quant_plan {
 // (test_kv_quant_cuda --sweep, H200) found this count within noise of the best on 47 of 48 rows.
 int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t slots) {
   slots = std::max<int64_t>(1, slots);
+  if (blocks >= kManyWaves * slots) return 1;
   int64_t best = 1, best_cost = INT64_MAX;
   for (int64_t s = 1; s <= std::min<int64_t>({tiles, most, kMaxSplits}); ++s) {
     const int64_t per = (tiles + s - 1) / s, waves = (blocks * s + slots - 1) / slots;
@@ -29,14 +30,6 @@ int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t s
 
 int64_t most_mma_splits(int64_t kv_len, int64_t tile_keys) {
   return std::max<int64_t>(1, kv_len / std::max<int64_t>(kMinKeysPerSplit, kMinTilesPerSplit * tile_keys));
-}
-
-int choose_prefetch_tiles(bool host_range, bool programmatic, int forced, int64_t tiles, int64_t first_wave,
-                          int64_t tile_bytes, int64_t l2_bytes) {
-  if (!host_range || !programmatic || forced < 0 || tiles < 1) return 0;
-  if (forced > 0) return static_cast<int>(std::min<int64_t>(forced, tiles));
-  const int64_t fit = l2_bytes / 4 / std::max<int64_t>(1, first_wave * tile_bytes);
-  return static_cast<int>(std::min<int64_t>({kPrefetchTiles, tiles, fit}));
 }
 
 int merge_chunk_of(int64_t splits, int forced) {

@@ -36,23 +36,17 @@ int merge_chunk_of(int64_t splits, int forced);
 constexpr int64_t kMinTilesPerSplit = 3;
 int64_t most_mma_splits(int64_t kv_len, int64_t tile_keys);
 
-// The fewest splits that minimise waves x (tiles a split + kBlockCostTiles), plus, with more than one
-// split, the merge kernel and its L2 round trips (merge_chunk_of splits each), for `blocks` blocks a split
-// over `tiles` tiles of keys, `slots` blocks resident at once, at most `most` splits (and kMaxSplits, and
-// one tile a split).
-int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t slots);
+// A grid of at least this many waves of blocks takes one split: what a partial last wave costs is short against
+// the call (and its blocks run faster, fewer sharing HBM, which the wave count ignores), while shorter splits
+// cost int8 its shared scale sectors. MHA B = 32 S = 64k int8 (1024 blocks of 8 warps, 7.8 waves): the wave
+// count took 5 splits, 6688 us, against 5852 with one (H100, 2026-12-07 sweep, docs/QUANTIZED_CACHE.md).
+constexpr int64_t kManyWaves = 4;
 
-// Tiles of its split's start a block asks L2 for before it waits for the kernel ahead (a programmatic launch:
-// its blocks are placed while that kernel ends, the last call's merge or this step's append, and HBM would idle
-// meanwhile; an L2 prefetch reads nothing into the block, so whatever that kernel still writes is read after the
-// wait as always). Only where the keys' range is known on the host (`host_range`: no cache_seqlens,
-// kv_batch_index, kv_mapped or cu_seqlens_q, which the kernel ahead may write and which bound what is mapped)
-// and the launch is programmatic; kPrefetchTiles a block, at most a split's `tiles`, and no more than a quarter
-// of `l2_bytes` over the blocks of the first wave (`first_wave` blocks of `tile_bytes` tiles). `forced`
-// (QuantAttentionParams::prefetch_tiles): -1 none, N > 0 that many (still only where host_range), 0 the rule.
-constexpr int64_t kPrefetchTiles = 4;
-int choose_prefetch_tiles(bool host_range, bool programmatic, int forced, int64_t tiles, int64_t first_wave,
-                          int64_t tile_bytes, int64_t l2_bytes);
+// One split for kManyWaves waves of blocks or more; else the fewest splits that minimise waves x (tiles a split
+// + kBlockCostTiles), plus, with more than one split, the merge kernel and its L2 round trips (merge_chunk_of
+// splits each), for `blocks` blocks a split over `tiles` tiles of keys, `slots` blocks resident at once, at most
+// `most` splits (and kMaxSplits, and one tile a split).
+int64_t choose_mma_splits(int64_t blocks, int64_t tiles, int64_t most, int64_t slots);
 
 // The forced block shape is one the kernel has: mma_warps (DecodeOptions) 0, 4 or 8 is checked by the
 // float16 planner's check_options; warp_keys (QuantAttentionParams) must be 0, 16 or 32, and 32 only

@@ -332,6 +332,12 @@ void test_errors(Report& r) {
   r.code(check_options(o), Code::kInvalidArgument, "errors.mma_row_warps_3");
   o.mma_row_warps = -2;
   r.code(check_options(o), Code::kInvalidArgument, "errors.mma_row_warps_minus2");
+  o = DecodeOptions{};
+  o.prefetch_tiles = -2;
+  r.code(check_options(o), Code::kInvalidArgument, "errors.prefetch_tiles_minus2");
+  o.prefetch_tiles = -1;
+  r.ok(check_options(o), "errors.prefetch_tiles_none_ok");
+  o = DecodeOptions{};
   // 5 warps: an instance at head_dim 64 only (mma_rows_two_an_sm); elsewhere refused before any plan.
   o.mma_row_warps = 5;
   r.ok(check_options(o), "errors.mma_row_warps_5_ok");
@@ -684,6 +690,10 @@ void test_quant_plan(Report& r) {
   r.eq(most_mma_splits(300, 128), int64_t{1}, "quant_plan.most.short");
   r.eq(choose_mma_splits(8, 32, most_mma_splits(4096, 128), 132), int64_t{8}, "quant_plan.splits.gqa_b1_4k_w8");  // 4 tiles each
   r.eq(choose_mma_splits(8, 5, 16, 2 * 132), int64_t{5}, "quant_plan.splits.one_tile_each");
+  // Four waves of blocks or more: one split (MHA B = 32 64k int8, 1024 blocks of one an SM: the wave count alone
+  // took 5, 38.8 waves of 103 tiles against 7.8 of 512).
+  r.eq(choose_mma_splits(1024, 512, most_mma_splits(65536, 128), 132), int64_t{1}, "quant_plan.splits.many_waves");
+  r.eq(choose_mma_splits(1024, 512, most_mma_splits(65536, 128), 2 * 132), int64_t{1}, "quant_plan.splits.3_9_waves");
   // One split needs no merge kernel (kMergeKernelTiles = 2): 6 tiles in one wave, 1 split 6 + 2 = 8 against
   // 2 splits' 3 + 2 + 1 + 2 = 8, a tie the fewer splits take.
   r.eq(choose_mma_splits(100, 6, 16, 2 * 132), int64_t{1}, "quant_plan.splits.one_split_no_merge");
@@ -692,16 +702,16 @@ void test_quant_plan(Report& r) {
   // split's tiles; the first wave's tiles within a quarter of L2 (50 MiB: 12.5 MiB; 32 KiB tiles x 4 x 96 blocks =
   // 12 MiB fits; x 264 blocks: 1 tile (8.25 MiB), x 528: none); forced counts kept but for a device-held range.
   constexpr int64_t kL2 = 50 << 20, kTile = 32 << 10;
-  r.eq(choose_prefetch_tiles(true, true, 0, 11, 96, kTile, kL2), 4, "quant_plan.prefetch.gqa_b1");
-  r.eq(choose_prefetch_tiles(true, true, 0, 2, 96, kTile, kL2), 2, "quant_plan.prefetch.split_of_2");
-  r.eq(choose_prefetch_tiles(true, true, 0, 64, 264, kTile, kL2), 1, "quant_plan.prefetch.l2_bound");
-  r.eq(choose_prefetch_tiles(true, true, 0, 64, 528, kTile, kL2), 0, "quant_plan.prefetch.l2_none");
-  r.eq(choose_prefetch_tiles(false, true, 0, 11, 96, kTile, kL2), 0, "quant_plan.prefetch.device_lengths");
-  r.eq(choose_prefetch_tiles(false, true, 8, 11, 96, kTile, kL2), 0, "quant_plan.prefetch.device_lengths_forced");
-  r.eq(choose_prefetch_tiles(true, false, 0, 11, 96, kTile, kL2), 0, "quant_plan.prefetch.no_pdl");
-  r.eq(choose_prefetch_tiles(true, true, -1, 11, 96, kTile, kL2), 0, "quant_plan.prefetch.forced_none");
-  r.eq(choose_prefetch_tiles(true, true, 8, 11, 528, kTile, kL2), 8, "quant_plan.prefetch.forced");
-  r.eq(choose_prefetch_tiles(true, true, 16, 11, 96, kTile, kL2), 11, "quant_plan.prefetch.forced_split_bound");
+  r.eq(pvt::decode_plan::choose_prefetch_tiles(true, true, 0, 11, 96, kTile, kL2), 4, "plan.prefetch.gqa_b1");
+  r.eq(pvt::decode_plan::choose_prefetch_tiles(true, true, 0, 2, 96, kTile, kL2), 2, "plan.prefetch.split_of_2");
+  r.eq(pvt::decode_plan::choose_prefetch_tiles(true, true, 0, 64, 264, kTile, kL2), 1, "plan.prefetch.l2_bound");
+  r.eq(pvt::decode_plan::choose_prefetch_tiles(true, true, 0, 64, 528, kTile, kL2), 0, "plan.prefetch.l2_none");
+  r.eq(pvt::decode_plan::choose_prefetch_tiles(false, true, 0, 11, 96, kTile, kL2), 0, "plan.prefetch.device_lengths");
+  r.eq(pvt::decode_plan::choose_prefetch_tiles(false, true, 8, 11, 96, kTile, kL2), 0, "plan.prefetch.device_lengths_forced");
+  r.eq(pvt::decode_plan::choose_prefetch_tiles(true, false, 0, 11, 96, kTile, kL2), 0, "plan.prefetch.no_pdl");
+  r.eq(pvt::decode_plan::choose_prefetch_tiles(true, true, -1, 11, 96, kTile, kL2), 0, "plan.prefetch.forced_none");
+  r.eq(pvt::decode_plan::choose_prefetch_tiles(true, true, 8, 11, 528, kTile, kL2), 8, "plan.prefetch.forced");
+  r.eq(pvt::decode_plan::choose_prefetch_tiles(true, true, 16, 11, 96, kTile, kL2), 11, "plan.prefetch.forced_split_bound");
   r.code(check_warp_keys(0, 0), Code::kOk, "quant_plan.warp_keys.plan");
   r.code(check_warp_keys(0, 32), Code::kOk, "quant_plan.warp_keys.32_plan_warps");
   r.code(check_warp_keys(4, 32), Code::kOk, "quant_plan.warp_keys.32_4_warps");

@@ -397,7 +397,7 @@ int g_warp_keys = 0;        // --warp-keys N: ... of warps taking N keys of ever
 int64_t g_batch = 0;        // --batch N: the sweep's and the bench's rows of batch N only
 int g_merge_chunk = 0;      // --merge-chunk N: DecodeOptions::merge_chunk in the sweep and the bench
 int g_keys_on_m = 0;        // --keys-on-m N: QuantAttentionParams::keys_on_m in the sweep and the bench
-int g_prefetch = 0;         // --prefetch N: QuantAttentionParams::prefetch_tiles in the sweep and the bench
+int g_prefetch = 0;         // --prefetch N: DecodeOptions::prefetch_tiles in the sweep and the bench (float16 too)
 int64_t g_min_iters = 8;    // --min-iters N: at least N calls a graph in the sweep and the bench (the graph's
                             // own launch is shared by fewer calls the fewer there are)
 
@@ -443,12 +443,12 @@ void sweep(bool profile) {
         opts.splits = n;
         opts.mma_warps = g_warps;
         opts.merge_chunk = g_merge_chunk;
+        opts.prefetch_tiles = g_prefetch;
         pvt::QuantAttentionParams p;
         p.attn = bench_attn(B, Hkv, S, q.p, out.p);
         p.attn.options = &opts;
         p.warp_keys = g_warp_keys;
         p.keys_on_m = g_keys_on_m;
-        p.prefetch_tiles = g_prefetch;
         set_bench_kind(&p, kind, fp8_scale.p, k[0], v[0], ks[0], vs[0]);  // the size asks for valid params
         pvt::DecodeAttentionParams& a = p.attn;
         const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
@@ -526,6 +526,9 @@ void bench() {
         fp8_scale.put(std::vector<float>(Hkv, 0.01f));
         pvt::DecodeAttentionParams a = bench_attn(B, Hkv, S, q.p, out.p);
         a.k = k16[0], a.v = v16[0];
+        pvt::DecodeOptions fopts;  // our float16 kernel: the plan's, but for --prefetch
+        fopts.prefetch_tiles = g_prefetch;
+        if (g_prefetch != 0) a.options = &fopts;
         const size_t ws16 = pvt::decode_attention_cuda_workspace_bytes(a);
         Dev<uint8_t> w16(ws16);
         a.workspace = w16.p, a.workspace_bytes = ws16;
@@ -544,10 +547,10 @@ void bench() {
           pvt::DecodeOptions qopts;
           qopts.mma_warps = g_warps;
           qopts.merge_chunk = g_merge_chunk;
-          if (g_warps > 0 || g_merge_chunk > 0) p.attn.options = &qopts;
+          qopts.prefetch_tiles = g_prefetch;
+          if (g_warps > 0 || g_merge_chunk > 0 || g_prefetch != 0) p.attn.options = &qopts;
           p.warp_keys = g_warp_keys;
           p.keys_on_m = g_keys_on_m;
-          p.prefetch_tiles = g_prefetch;
           set_bench_kind(&p, kind, fp8_scale.p, kind == 0 ? k8[0] : ki[0], kind == 0 ? v8[0] : vi[0], ksc[0], vsc[0]);
           const size_t wsq = pvt::quant_attention_cuda_workspace_bytes(p);
           Dev<uint8_t> w(wsq);
@@ -684,8 +687,8 @@ void test_bad_warp_keys() {
 // --warp-keys 16|32: ... to warps of that many keys of every tile; --batch N: the sweep's and the bench's rows
 // of batch N only; --merge-chunk 16|32: the merge's splits a round trip forced in both; --keys-on-m 1|-1: mma_keys_kernel
 // forced on / off in both; --model HQ,HKV,D: the bench's and the sweep's rows of that model only; --min-iters N:
-// at least N calls captured a graph (default 8) in both; --prefetch N: QuantAttentionParams::prefetch_tiles (-1 none,
-// N forced) in both; --scale-tokens-inner: int8's scales in another order in both
+// at least N calls captured a graph (default 8) in both; --prefetch N: DecodeOptions::prefetch_tiles (-1 none, N forced)
+// in both and for the bench's float16 kernel; --scale-tokens-inner: int8's scales in another order in both
 // (set_bench_kind).
 int main(int argc, char** argv) {
   bool no_bench = false, bench_only = false, tc_only = false, sweep_only = false, profile = false, bad_only = false;
