@@ -206,23 +206,15 @@ Status occupancy_of(const DecodeAttentionParams& p, const Plan& plan, decode_pla
 // ---- Launches.
 
 // The key-slice tensor-core kernel's L2 prefetch before its wait (choose_prefetch_tiles): the first wave is the
-// grid's blocks up to one (sm-exclusive plans) or two an SM. The L2's size is asked once a process.
+// grid's blocks up to one (sm-exclusive plans) or two an SM.
 int prefetch_tiles_of(const DecodeAttentionParams& p, const Plan& plan) {
-  static const int l2 = [] {
-    int dev = 0, bytes = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;  // no prefetch
-    }
-    return bytes;
-  }();
-  const bool host_range = !p.cache_seqlens && !p.kv_batch_index && !p.kv_mapped && !p.cu_seqlens_q;
   const int64_t tile = decode_plan::mma_tile_keys(plan.mma_warps, plan.mma_tiles, plan.mma_warp_keys);
   const int64_t blocks = p.batch * p.kv_heads * plan.row_groups * plan.splits;
   const int64_t first_wave = std::min<int64_t>(blocks, plan.sms * (plan.mma_sm_exclusive ? 1 : 2));
   const int64_t tiles = (p.kv_len + plan.splits * tile - 1) / (plan.splits * tile);
-  return decode_plan::choose_prefetch_tiles(host_range, plan.programmatic, decode_plan::options_of(p).prefetch_tiles,
-                                            tiles, first_wave, tile * p.head_dim * 2 * 2, l2);  // K and V, 16-bit
+  return decode_plan::choose_prefetch_tiles(decode_plan::keys_known_on_host(p), plan.programmatic,
+                                            decode_plan::options_of(p).prefetch_tiles, tiles, first_wave,
+                                            tile * p.head_dim * 2 * 2, l2_bytes_once());  // K and V, 16-bit
 }
 
 template <typename T>

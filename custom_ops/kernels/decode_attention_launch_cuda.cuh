@@ -122,6 +122,20 @@ size_t sm_exclusive_smem(Kernel kernel, size_t smem) {
   return want;
 }
 
+// The current device's L2 size in bytes, asked once a process (the plans that size L2 prefetches by it: the
+// first device asked stands for every one), or 0 where the query fails (no prefetch).
+inline int l2_bytes_once() {
+  static const int bytes = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrL2CacheSize, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return bytes;
+}
+
 // Queues `kernel(args...)` on `grid` (see block_launch).
 template <typename... Params, typename... Args>
 Status launch_kernel(void (*kernel)(Params...), dim3 grid, int threads, size_t smem, unsigned cluster_y,

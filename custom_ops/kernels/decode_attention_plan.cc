@@ -372,6 +372,10 @@ const DecodeOptions& options_of(const DecodeAttentionParams& p) {
   return p.options != nullptr ? *p.options : defaults;
 }
 
+bool keys_known_on_host(const DecodeAttentionParams& p) {
+  return !p.cache_seqlens && !p.kv_batch_index && !p.kv_mapped && !p.cu_seqlens_q;
+}
+
 int choose_prefetch_tiles(bool host_range, bool programmatic, int forced, int64_t tiles, int64_t first_wave,
                           int64_t tile_bytes, int64_t l2_bytes) {
   if (!host_range || !programmatic || forced < 0 || tiles < 1) return 0;

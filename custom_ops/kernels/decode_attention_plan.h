@@ -210,6 +210,8 @@ const DecodeOptions& options_of(const DecodeAttentionParams& p);
 // of `l2_bytes` over the blocks of the first wave (`first_wave` blocks of `tile_bytes` tiles). `forced`
 // (DecodeOptions::prefetch_tiles): -1 none, N > 0 that many (still only where host_range), 0 the rule.
 constexpr int64_t kPrefetchTiles = 4;
+// choose_prefetch_tiles' `host_range` for p: none of those device-side fields given.
+bool keys_known_on_host(const DecodeAttentionParams& p);
 int choose_prefetch_tiles(bool host_range, bool programmatic, int forced, int64_t tiles, int64_t first_wave,
                           int64_t tile_bytes, int64_t l2_bytes);
 

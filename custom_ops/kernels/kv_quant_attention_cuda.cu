@@ -259,15 +259,11 @@ Status plan(const QuantAttentionParams& p, Launch* l) {
                                                    resident * sms);
     l->keys_per_split = (tiles + splits - 1) / splits * tile;
     l->splits = static_cast<int>((a.kv_len + l->keys_per_split - 1) / l->keys_per_split);
-    int l2 = 0;
-    PVT_CU_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-    const bool host_range = !a.cache_seqlens && !a.kv_batch_index && !a.kv_mapped && !a.cu_seqlens_q;
-    const int64_t tile_bytes = tile * (2 * a.head_dim + (p.kind == KvQuant::kInt8 ? 8 : 0));
-    l->prefetch_tiles = decode_plan::choose_prefetch_tiles(host_range, l->programmatic,
-                                                           decode_plan::options_of(a).prefetch_tiles,
-                                                          l->keys_per_split / tile,
-                                                          std::min<int64_t>(blocks * l->splits, resident * sms),
-                                                          tile_bytes, l2);
+    const int64_t tile_bytes = tile * (2 * a.head_dim + (p.kind == KvQuant::kInt8 ? 8 : 0));  // codes, int8 scales
+    l->prefetch_tiles = decode_plan::choose_prefetch_tiles(
+        decode_plan::keys_known_on_host(a), l->programmatic, decode_plan::options_of(a).prefetch_tiles,
+        l->keys_per_split / tile, std::min<int64_t>(blocks * l->splits, resident * sms), tile_bytes,
+        decode_cuda::l2_bytes_once());
     return Status::Ok();
   }
   const int64_t blocks = a.batch * a.kv_heads * (l->group / l->heads_per_block);

@@ -54,13 +54,13 @@ __global__ void __launch_bounds__(32 * W, keys_min_blocks<kKind, W>()) mma_keys_
   static_assert((kWarps * kMmaHeads * D + 2 * kWarps * kMmaHeads) * 4 <= smem_bytes<D, W, KPW>(), "the merge fits the tiles");
   extern __shared__ __align__(16) uint8_t smem[];
 
-  prefetch_split_start<D, W, KPW, kPerToken>(p, l, blockIdx.z, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x));
-  decode_cuda::wait_for_previous_grid();  // as mma_split_kernel
-  const DecodeAttentionParams& a = p.attn;
   const int64_t b = blockIdx.z;
   const int hk = static_cast<int>(blockIdx.y);  // one chunk a kv head: group <= 8
-  const int rows = l.group;
   const int split = static_cast<int>(blockIdx.x);
+  prefetch_split_start<D, W, KPW, kPerToken>(p, l, b, hk, split);
+  decode_cuda::wait_for_previous_grid();  // as mma_split_kernel
+  const DecodeAttentionParams& a = p.attn;
+  const int rows = l.group;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const EntryView e = entry_of(a, b);
   const int64_t s0 = split * l.keys_per_split;

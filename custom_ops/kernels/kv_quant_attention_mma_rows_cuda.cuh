@@ -44,19 +44,18 @@ __global__ void __launch_bounds__(32 * W) mma_split_kernel(const QuantAttentionP
   static_assert((kWarps * kMmaHeads * D + 2 * kWarps * kMmaHeads) * 4 <= smem_bytes<D, W, KPW>(), "the merge fits the tiles");
   extern __shared__ __align__(16) uint8_t smem[];
 
-  // Launched programmatically: nothing global is read before the kernel ahead (the append of this
-  // step's K/V, the last call's merge reading the workspace) has finished; only L2 is asked for the split's
-  // first tiles meanwhile (prefetch_split_start).
-  prefetch_split_start<D, W, KPW, kPerToken>(p, l, blockIdx.z, static_cast<int>(blockIdx.y) / ((l.group + kMmaHeads - 1) / kMmaHeads),
-                                             static_cast<int>(blockIdx.x));
-  decode_cuda::wait_for_previous_grid();
-  const DecodeAttentionParams& a = p.attn;
   const int64_t b = blockIdx.z;
   const int chunks = (l.group + kMmaHeads - 1) / kMmaHeads;
   const int hk = static_cast<int>(blockIdx.y) / chunks;                       // kv head
+  const int split = static_cast<int>(blockIdx.x);
+  // Launched programmatically: nothing global is read before the kernel ahead (the append of this
+  // step's K/V, the last call's merge reading the workspace) has finished; only L2 is asked for the split's
+  // first tiles meanwhile (prefetch_split_start).
+  prefetch_split_start<D, W, KPW, kPerToken>(p, l, b, hk, split);
+  decode_cuda::wait_for_previous_grid();
+  const DecodeAttentionParams& a = p.attn;
   const int h0 = (static_cast<int>(blockIdx.y) - hk * chunks) * kMmaHeads;     // first query head of the chunk, in the group
   const int rows = l.group - h0 < kMmaHeads ? l.group - h0 : kMmaHeads;
-  const int split = static_cast<int>(blockIdx.x);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const EntryView e = entry_of(a, b);
   const int64_t s0 = split * l.keys_per_split;

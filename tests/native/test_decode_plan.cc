@@ -702,6 +702,16 @@ void test_quant_plan(Report& r) {
   // split's tiles; the first wave's tiles within a quarter of L2 (50 MiB: 12.5 MiB; 32 KiB tiles x 4 x 96 blocks =
   // 12 MiB fits; x 264 blocks: 1 tile (8.25 MiB), x 528: none); forced counts kept but for a device-held range.
   constexpr int64_t kL2 = 50 << 20, kTile = 32 << 10;
+  {  // keys_known_on_host: none of the device-side fields that bound or move an entry's keys
+    DecodeAttentionParams hp;
+    r.eq(pvt::decode_plan::keys_known_on_host(hp), true, "plan.prefetch.host_keys");
+    const int32_t lens[2] = {1, 1};
+    for (int f = 0; f < 4; ++f) {
+      DecodeAttentionParams d;
+      (f == 0 ? d.cache_seqlens : f == 1 ? d.kv_batch_index : f == 2 ? d.kv_mapped : d.cu_seqlens_q) = lens;
+      r.eq(pvt::decode_plan::keys_known_on_host(d), false, "plan.prefetch.device_field_" + std::to_string(f));
+    }
+  }
   r.eq(pvt::decode_plan::choose_prefetch_tiles(true, true, 0, 11, 96, kTile, kL2), 4, "plan.prefetch.gqa_b1");
   r.eq(pvt::decode_plan::choose_prefetch_tiles(true, true, 0, 2, 96, kTile, kL2), 2, "plan.prefetch.split_of_2");
   r.eq(pvt::decode_plan::choose_prefetch_tiles(true, true, 0, 64, 264, kTile, kL2), 1, "plan.prefetch.l2_bound");
