@@ -77,7 +77,11 @@ def shapes():
 # _s32, _s64; _rt2s32: the same with one block for 32 query rows), the tensor-core kernel for one row a kv head
 # (MHA: _mha, with 4 or 8 warps _mhaw4, _mhaw8), the key-slice kernel with 32 keys a warp (4 warps: _k32 with the
 # plan's M-tiles, _k32rt2 with two; _b2 of each: splits for two blocks an SM; _k16: 16 keys a warp, the plan without
-# choose_warp_keys's rule; _w4k16: the same with 4 warps), the key-slice kernel with 4 or 8 warps forced (_w4, _w8).
+# choose_warp_keys's rule; _w4k16: the same with 4 warps), the key-slice kernel with 4 or 8 warps forced (_w4, _w8),
+# 1 split (_s1, with one M-tile a block _rt1s1), 2 splits (a cluster of two where the grid fits one block an SM: _s2,
+# with one or two M-tiles _rt1s2 / _rt2s2, the
+# row-owning kernel of 2, 4, 5 or 8 warps _rw2s2 ... _rw8s2), the row-owning kernel of 2 warps with 4 or 8 splits
+# (_rw2s4, _rw2s8) and of 4 warps with 8 (_rw4s8).
 # --variants NAME,... times only those.
 VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt1", {"mma_row_tiles": 1}),
             ("_rt2", {"mma_row_tiles": 2}), ("_rt8", {"mma_row_tiles": 8}), ("_s4", {"splits": 4}),
@@ -98,7 +102,13 @@ VARIANTS = (("_nocl", {"no_cluster": True}), ("_nomma", {"no_mma": True}), ("_rt
             ("_k32b2", {"mma_row_warps": -1, "mma_warp_keys": 32, "mma_blocks_per_sm": 2}),
             ("_k32rt2", {"mma_row_warps": -1, "mma_warp_keys": 32, "mma_row_tiles": 2}),
             ("_k32rt2b2", {"mma_row_warps": -1, "mma_warp_keys": 32, "mma_row_tiles": 2, "mma_blocks_per_sm": 2}),
-            ("_k16", {"mma_warp_keys": 16}), ("_w4k16", {"mma_warps": 4, "mma_warp_keys": 16}))
+            ("_k16", {"mma_warp_keys": 16}), ("_w4k16", {"mma_warps": 4, "mma_warp_keys": 16}),
+            ("_s1", {"splits": 1}), ("_rt1s1", {"mma_row_tiles": 1, "splits": 1}),
+            ("_s2", {"splits": 2}), ("_rt1s2", {"mma_row_tiles": 1, "splits": 2}),
+            ("_rt2s2", {"mma_row_tiles": 2, "splits": 2}), ("_rw2s2", {"mma_row_warps": 2, "splits": 2}),
+            ("_rw4s2", {"mma_row_warps": 4, "splits": 2}), ("_rw8s2", {"mma_row_warps": 8, "splits": 2}),
+            ("_rw5s2", {"mma_row_warps": 5, "splits": 2}), ("_rw2s4", {"mma_row_warps": 2, "splits": 4}),
+            ("_rw4s8", {"mma_row_warps": 4, "splits": 8}), ("_rw2s8", {"mma_row_warps": 2, "splits": 8}))
 LAYS = ("seq", "slot") + tuple("slot" + name for name, _ in VARIANTS)
 
 
